@@ -1,0 +1,14 @@
+module github.com/toolgate/toolgate
+
+go 1.26
+
+require (
+	cel.dev/cel-go v0.33.2 // indirect
+	github.com/gowebpki/jcs v1.0.2 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/text v0.22.0 // indirect
+)
