@@ -16,7 +16,7 @@ func ParseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("rate %q: want N/s, N/m or N/h", s)
 	}
 	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || n <= 0 || n > 1e9 {
+	if err != nil || !(n > 0) || n > 1e9 { // !(n > 0) also rejects NaN
 		return 0, fmt.Errorf("rate %q: %q is not a positive number", s, num)
 	}
 	var per time.Duration
