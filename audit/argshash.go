@@ -1,0 +1,56 @@
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+)
+
+// ArgsHash returns the argsHash of a tool call's arguments (CONTRACT.md
+// §2.3, OpenWOP replay.md §B steps 2-4 over SR-1-redacted arguments): the
+// arguments are redacted by every rule of Redactor (registered secrets
+// inside strings become "[REDACTED:<secretId>]"; key-name and shape matches
+// become "[redacted]"), canonicalized per RFC 8785, hashed with SHA-256 and
+// returned as 64 lowercase hex digits with no prefix.
+//
+// Absent arguments hash as the empty object "{}": nil or empty args, and the
+// literal null (the reference in-memory host hashes {} for absent args).
+// Arguments that are not a JSON object (an array, a string, a number...) are
+// hashed as they are, the same way. {"q":"openwop"} hashes to
+// 9458af8c77ede919beb4dd201de70ea7909225488c9e925190a9b4e585cb9d6f.
+//
+// Errors: *errcode.Error with code errcode.InvalidArgument when args is not
+// canonicalizable JSON (syntax, invalid UTF-8, duplicate keys, lone
+// surrogates, numbers out of double range; see canonjson.Canonicalize); the
+// message is redacted. Safe for concurrent use.
+func (r *Redactor) ArgsHash(args []byte) (string, error) {
+	bp := hashBufPool.Get().(*[]byte)
+	buf, err := r.appendRedactedJSON((*bp)[:0], args, true)
+	if err != nil {
+		hashBufPool.Put(bp)
+		return "", err
+	}
+	sum := sha256.Sum256(buf)
+	if cap(buf) <= maxPooledHashBuf {
+		*bp = buf[:0]
+		hashBufPool.Put(bp)
+	}
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:]), nil
+}
+
+// defaultRedactor has the key-name and shape rules and no secrets.
+var defaultRedactor = NewRedactor()
+
+// ArgsHash is Redactor.ArgsHash with a Redactor that has no registered
+// secrets (key-name and shape rules only). Safe for concurrent use.
+func ArgsHash(args []byte) (string, error) {
+	return defaultRedactor.ArgsHash(args)
+}
+
+// hashBufPool recycles the canonical-form buffers ArgsHash hashes.
+var hashBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledHashBuf is the largest buffer ArgsHash returns to the pool.
+const maxPooledHashBuf = 64 << 10
