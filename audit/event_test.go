@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/schematest"

@@ -11,8 +11,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -163,4 +163,3 @@ func (r negLookahead) MatchString(s string) bool {
 	return !r.not.MatchString(s) && r.yes.MatchString(s)
 }
 func (r negLookahead) String() string { return r.src }
-

@@ -1,0 +1,48 @@
+package toolgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate"
+	"github.com/toolgate/toolgate/catalog"
+)
+
+// BenchmarkCall measures a full in-memory Call of a no-op native tool:
+// resolve, decide (a policy with CEL conditions), rate limit, argsHash,
+// agent.toolCalled + agent.toolReturned appended, receipt hashed and chained.
+// Target: ≤ 15 µs/op (issue 2, acceptance 7).
+func BenchmarkCall(b *testing.B) {
+	var rules strings.Builder
+	rules.WriteString("rules:\n")
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&rules, "  - {id: deny-%d, effect: deny, tools: [\"native:other%d.*\"], when: 'has(args.path) && args.path.startsWith(\"/etc\")'}\n", i, i)
+	}
+	rules.WriteString("  - {id: no-etc, effect: deny, tools: [\"native:*\"], when: 'has(args.path) && args.path.startsWith(\"/etc\")'}\n")
+	rules.WriteString("  - {id: tenant, effect: allow, tools: [\"native:noop.*\"], when: 'principal.tenant == \"acme\"'}\n")
+	rules.WriteString("ratelimits:\n  - {tools: [\"*\"], per: principal_tool, rate: 1000000000/s, burst: 1000000000}\n")
+	prog := mustPolicy(b, rules.String())
+	gw, err := toolgate.New(toolgate.Options{Policy: prog})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gw.Close()
+	noop := func(context.Context, json.RawMessage) (any, error) { return json.RawMessage(`{"ok":true}`), nil }
+	if err := gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:noop.run", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierPure}, noop); err != nil {
+		b.Fatal(err)
+	}
+	p := toolgate.Principal{ID: "alice", Tenant: "acme", Scopes: []string{"x"}}
+	args := json.RawMessage(`{"path":"/tmp/report.txt","limit":10,"q":"quarterly numbers"}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := gw.Call(ctx, toolgate.Call{Tool: "native:noop.run", Args: args, Principal: p, RunID: "bench"})
+		if err != nil || res.Err != nil {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}

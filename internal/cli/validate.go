@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/policy"
+)
+
+func newValidateCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate --config FILE",
+		Short: "Check a configuration file and report every issue with file:line",
+		Long: `Decode the configuration strictly (an unknown key is an error), validate every section and
+compile the policy (CEL conditions type-checked). All issues are reported at once, one per line
+as file:line:col: message. Exits 0 when the file is valid, 1 otherwise.`,
+		Example: `  toolgate validate --config toolgate.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			pol := "no policy: every call is denied"
+			if cfg.Policy != nil {
+				pol = "policy " + cfg.Policy.Version()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (%d servers, %d tool classifications, %s)\n",
+				cfg.File, len(cfg.Servers), len(cfg.Tools), pol)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// loadConfig loads file and turns located issues into one failure listing
+// them all.
+func loadConfig(file string) (*config.Config, error) {
+	cfg, err := config.Load(file)
+	if err == nil {
+		return cfg, nil
+	}
+	var issues policy.Issues
+	if errors.As(err, &issues) {
+		return nil, failure("%s has %d issue(s):\n%s", file, len(issues), issues.Error())
+	}
+	return nil, failure("%v", err)
+}

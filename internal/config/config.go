@@ -1,0 +1,566 @@
+// Package config loads toolgate's YAML configuration (DESIGN.md
+// §Configuration): strict decoding (an unknown key is an error), then full
+// validation, reporting every issue at once with file:line.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Config is the whole configuration file. Field docs give defaults.
+type Config struct {
+	Listen      string                `yaml:"listen"` // default 127.0.0.1:7070
+	Naming      Naming                `yaml:"naming"`
+	OpenWOP     OpenWOP               `yaml:"openwop"`
+	Store       Store                 `yaml:"store"`
+	RateLimit   RateLimit             `yaml:"ratelimit"`
+	Audit       Audit                 `yaml:"audit"`
+	Signing     Signing               `yaml:"signing"`
+	Auth        Auth                  `yaml:"auth"`
+	Credentials map[string]Credential `yaml:"credentials"`
+	Servers     []Server              `yaml:"servers"`
+	Tools       []ToolClass           `yaml:"tools"`
+	PolicyNode  yaml.Node             `yaml:"policy"`
+	Approvals   Approvals             `yaml:"approvals"`
+	Hooks       []Hook                `yaml:"hooks"`
+
+	// Derived by Load.
+	File   string          `yaml:"-"`
+	Policy *policy.Program `yaml:"-"` // nil when the file has no policy block (deny all)
+}
+
+// Naming controls tool names on the MCP surface.
+type Naming struct {
+	Prefix    string `yaml:"prefix"`    // auto (default) | always | never
+	Separator string `yaml:"separator"` // default "__"
+}
+
+// OpenWOP controls the OpenWOP HTTP surface.
+type OpenWOP struct {
+	TestSeams bool `yaml:"test_seams"`
+}
+
+// Store selects the event/receipt store.
+type Store struct {
+	Driver      string `yaml:"driver"` // sqlite (default) | postgres | memory
+	DSN         string `yaml:"dsn"`
+	Synchronous string `yaml:"synchronous"` // sqlite: normal (default) | full
+}
+
+// RateLimit selects the rate-limit backend.
+type RateLimit struct {
+	Backend       string `yaml:"backend"` // memory (default) | redis
+	URL           string `yaml:"url"`
+	OnUnavailable string `yaml:"on_unavailable"` // deny (default) | allow
+}
+
+// Audit controls event content and durability.
+type Audit struct {
+	Durability string `yaml:"durability"` // sync (default)
+	Content    string `yaml:"content"`    // hash (default) | full
+	Retention  string `yaml:"retention"`  // e.g. 90d; empty keeps everything
+}
+
+// Signing locates the Ed25519 receipt key.
+type Signing struct {
+	KeyFile string `yaml:"key_file"` // default toolgate.key, created 0600 on first start
+}
+
+// Auth lists API keys and the JWT verifier.
+type Auth struct {
+	APIKeys []APIKey `yaml:"api_keys"`
+	JWT     *JWT     `yaml:"jwt"`
+}
+
+// APIKey is one API key, stored as the lowercase hex SHA-256 of the key.
+type APIKey struct {
+	ID        string            `yaml:"id"`
+	KeySHA256 string            `yaml:"key_sha256"`
+	Tenant    string            `yaml:"tenant"`
+	Scopes    []string          `yaml:"scopes"`
+	Attrs     map[string]string `yaml:"attributes"`
+}
+
+// JWT configures bearer-token verification against an OIDC issuer's JWKS.
+type JWT struct {
+	Issuer      string `yaml:"issuer"`
+	Audience    string `yaml:"audience"`
+	JWKSURL     string `yaml:"jwks_url"`
+	ScopesClaim string `yaml:"scopes_claim"`
+	TenantClaim string `yaml:"tenant_claim"`
+}
+
+// Credential is a reference resolved at call time; its value is never logged.
+type Credential struct {
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
+}
+
+// Server is one upstream MCP server: stdio (Command) or Streamable HTTP (URL).
+type Server struct {
+	Name    string            `yaml:"name"`
+	Command []string          `yaml:"command"`
+	Env     map[string]string `yaml:"env"`
+	Cwd     string            `yaml:"cwd"`
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers"`
+	Timeout string            `yaml:"timeout"`
+}
+
+// ToolClass is one `tools:` entry: descriptor facts for toolIds matching Match.
+type ToolClass struct {
+	Match        string   `yaml:"match"`
+	SafetyTier   string   `yaml:"safety_tier"`
+	Scopes       []string `yaml:"scopes"`
+	ReplayPolicy string   `yaml:"replay_policy"`
+	Approval     string   `yaml:"approval"`
+	Egress       string   `yaml:"egress"`
+	CostHint     string   `yaml:"cost_hint"`
+	LatencyHint  string   `yaml:"latency_hint"`
+	Title        string   `yaml:"title"`
+	Description  string   `yaml:"description"`
+	Timeout      string   `yaml:"timeout"`
+}
+
+// Approvals configures human approval.
+type Approvals struct {
+	TTL               string `yaml:"ttl"`
+	Wait              string `yaml:"wait"`
+	ApproversScope    string `yaml:"approvers_scope"`
+	AllowSelfApproval bool   `yaml:"allow_self_approval"`
+}
+
+// Hook is a config-declared webhook hook.
+type Hook struct {
+	Name     string `yaml:"name"`
+	Mode     string `yaml:"mode"` // observe | enforce
+	URL      string `yaml:"url"`
+	Timeout  string `yaml:"timeout"`
+	Mutating bool   `yaml:"mutating"`
+	Content  string `yaml:"content"` // hash (default) | full
+}
+
+// Classifications converts the `tools:` entries for catalog.Classify.
+func (c *Config) Classifications() []catalog.Classification {
+	out := make([]catalog.Classification, len(c.Tools))
+	for i, t := range c.Tools {
+		out[i] = catalog.Classification{
+			Match: t.Match, SafetyTier: catalog.SafetyTier(t.SafetyTier), Scopes: t.Scopes,
+			ReplayPolicy: catalog.ReplayPolicy(t.ReplayPolicy), Approval: catalog.Approval(t.Approval),
+			Egress: catalog.Egress(t.Egress), CostHint: catalog.Hint(t.CostHint), LatencyHint: catalog.Hint(t.LatencyHint),
+			Title: t.Title, Description: t.Description,
+		}
+	}
+	return out
+}
+
+// Load reads and validates the file at path. The error, when not an I/O
+// error, is policy.Issues listing every problem with file:line.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+var lineMsg = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// Parse decodes and validates a configuration document named file.
+func Parse(file string, data []byte) (*Config, error) {
+	var issues policy.Issues
+	add := func(n *yaml.Node, format string, args ...any) {
+		p := policy.Pos{File: file}
+		if n != nil {
+			p.Line, p.Col = n.Line, n.Column
+		}
+		issues = append(issues, policy.Issue{Pos: p, Message: fmt.Sprintf(format, args...)})
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err)}, Message: strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	cfg := &Config{File: file}
+	if len(root.Content) == 0 {
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: 1}, Message: "the configuration is empty"}}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err)}, Message: err.Error()}}
+		}
+		for _, m := range te.Errors {
+			p := policy.Pos{File: file}
+			if sm := lineMsg.FindStringSubmatch(m); sm != nil {
+				p.Line, _ = strconv.Atoi(sm[1])
+				m = sm[2]
+				p.Col = columnOf(&root, p.Line, m)
+			}
+			issues = append(issues, policy.Issue{Pos: p, Message: m})
+		}
+	}
+	doc := root.Content[0]
+	at := func(path ...any) *yaml.Node { return find(doc, path...) }
+
+	cfg.applyDefaults()
+	cfg.validate(at, add)
+
+	if cfg.PolicyNode.Kind != 0 {
+		// Parse and compile even when parsing found issues, so that CEL
+		// and rule errors are reported in the same run.
+		spec, pis := policy.ParseNodeSource(file, data, &cfg.PolicyNode)
+		issues = append(issues, pis...)
+		prog, err := policy.Compile(spec, policy.Options{})
+		if err != nil {
+			var ci policy.Issues
+			if errors.As(err, &ci) {
+				issues = appendNew(issues, ci)
+			} else {
+				add(&cfg.PolicyNode, "%v", err)
+			}
+		}
+		cfg.Policy = prog
+	}
+	if len(issues) > 0 {
+		return nil, issues.Sorted()
+	}
+	return cfg, nil
+}
+
+// appendNew appends the issues of more that are not already in issues.
+func appendNew(issues, more policy.Issues) policy.Issues {
+	seen := make(map[policy.Issue]bool, len(issues))
+	for _, i := range issues {
+		seen[i] = true
+	}
+	for _, i := range more {
+		if !seen[i] {
+			issues = append(issues, i)
+		}
+	}
+	return issues
+}
+
+var unknownField = regexp.MustCompile(`^field (\S+) not found`)
+
+// columnOf finds the column of a decode error on line: the key it names
+// (for an unknown field), else the first node on that line.
+func columnOf(root *yaml.Node, line int, msg string) int {
+	want := ""
+	if sm := unknownField.FindStringSubmatch(msg); sm != nil {
+		want = sm[1]
+	}
+	col := 0
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Line == line && (col == 0 || (want != "" && n.Value == want)) {
+			if want == "" || n.Value == want || col == 0 {
+				col = n.Column
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+	return col
+}
+
+func yamlErrLine(err error) int {
+	if sm := regexp.MustCompile(`line (\d+)`).FindStringSubmatch(err.Error()); sm != nil {
+		n, _ := strconv.Atoi(sm[1])
+		return n
+	}
+	return 1
+}
+
+// find walks a mapping/sequence path (string keys, int indexes) and returns
+// the value node, or the deepest node found on the way (for a position).
+func find(n *yaml.Node, path ...any) *yaml.Node {
+	cur := n
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			if cur.Kind != yaml.MappingNode {
+				return cur
+			}
+			found := false
+			for i := 0; i+1 < len(cur.Content); i += 2 {
+				if cur.Content[i].Value == k {
+					cur, found = cur.Content[i+1], true
+					break
+				}
+			}
+			if !found {
+				return cur
+			}
+		case int:
+			if cur.Kind != yaml.SequenceNode || k >= len(cur.Content) {
+				return cur
+			}
+			cur = cur.Content[k]
+		}
+	}
+	return cur
+}
+
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.Naming.Prefix == "" {
+		c.Naming.Prefix = "auto"
+	}
+	if c.Naming.Separator == "" {
+		c.Naming.Separator = "__"
+	}
+	if c.Store.Driver == "" {
+		c.Store.Driver = "sqlite"
+	}
+	if c.Store.DSN == "" && c.Store.Driver == "sqlite" {
+		c.Store.DSN = "toolgate.db"
+	}
+	if c.Store.Synchronous == "" {
+		c.Store.Synchronous = "normal"
+	}
+	if c.RateLimit.Backend == "" {
+		c.RateLimit.Backend = "memory"
+	}
+	if c.RateLimit.OnUnavailable == "" {
+		c.RateLimit.OnUnavailable = "deny"
+	}
+	if c.Audit.Durability == "" {
+		c.Audit.Durability = "sync"
+	}
+	if c.Audit.Content == "" {
+		c.Audit.Content = "hash"
+	}
+	if c.Signing.KeyFile == "" {
+		c.Signing.KeyFile = "toolgate.key"
+	}
+	if c.Approvals.TTL == "" {
+		c.Approvals.TTL = "15m"
+	}
+	if c.Approvals.Wait == "" {
+		c.Approvals.Wait = "30s"
+	}
+	if c.Approvals.ApproversScope == "" {
+		c.Approvals.ApproversScope = "toolgate:approve"
+	}
+}
+
+var (
+	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	identRe    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+	separatorR = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,4}$`)
+)
+
+func oneOf(v string, allowed ...string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}
+
+func validDuration(s string) bool {
+	if strings.HasSuffix(s, "d") {
+		n, err := strconv.Atoi(strings.TrimSuffix(s, "d"))
+		return err == nil && n > 0
+	}
+	d, err := time.ParseDuration(s)
+	return err == nil && d > 0
+}
+
+func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, string, ...any)) {
+	if _, _, err := splitHostPort(c.Listen); err != nil {
+		add(at("listen"), "listen %q: %v", c.Listen, err)
+	}
+	if !oneOf(c.Naming.Prefix, "auto", "always", "never") {
+		add(at("naming", "prefix"), "naming.prefix %q: want auto, always or never", c.Naming.Prefix)
+	}
+	if !separatorR.MatchString(c.Naming.Separator) {
+		add(at("naming", "separator"), "naming.separator %q: want 1-4 characters of [a-zA-Z0-9_-] (model function names allow only those)", c.Naming.Separator)
+	}
+	if !oneOf(c.Store.Driver, "sqlite", "postgres", "memory") {
+		add(at("store", "driver"), "store.driver %q: want sqlite, postgres or memory", c.Store.Driver)
+	}
+	if c.Store.Driver == "postgres" && c.Store.DSN == "" {
+		add(at("store"), "store.dsn is required for postgres")
+	}
+	if !oneOf(c.Store.Synchronous, "normal", "full") {
+		add(at("store", "synchronous"), "store.synchronous %q: want normal or full", c.Store.Synchronous)
+	}
+	if !oneOf(c.RateLimit.Backend, "memory", "redis") {
+		add(at("ratelimit", "backend"), "ratelimit.backend %q: want memory or redis", c.RateLimit.Backend)
+	}
+	if c.RateLimit.Backend == "redis" && c.RateLimit.URL == "" {
+		add(at("ratelimit"), "ratelimit.url is required for the redis backend")
+	}
+	if !oneOf(c.RateLimit.OnUnavailable, "deny", "allow") {
+		add(at("ratelimit", "on_unavailable"), "ratelimit.on_unavailable %q: want deny or allow", c.RateLimit.OnUnavailable)
+	}
+	if !oneOf(c.Audit.Durability, "sync") {
+		add(at("audit", "durability"), "audit.durability %q: only sync is supported", c.Audit.Durability)
+	}
+	if !oneOf(c.Audit.Content, "hash", "full") {
+		add(at("audit", "content"), "audit.content %q: want hash or full", c.Audit.Content)
+	}
+	if c.Audit.Retention != "" && !validDuration(c.Audit.Retention) {
+		add(at("audit", "retention"), "audit.retention %q: want a duration such as 90d or 720h", c.Audit.Retention)
+	}
+	keyIDs := map[string]bool{}
+	for i, k := range c.Auth.APIKeys {
+		if !identRe.MatchString(k.ID) {
+			add(at("auth", "api_keys", i), "auth.api_keys[%d].id %q: want 1-64 characters of [a-zA-Z0-9_.-]", i, k.ID)
+		} else if keyIDs[k.ID] {
+			add(at("auth", "api_keys", i, "id"), "auth.api_keys[%d].id %q is a duplicate", i, k.ID)
+		}
+		keyIDs[k.ID] = true
+		if !sha256Hex.MatchString(k.KeySHA256) {
+			add(at("auth", "api_keys", i, "key_sha256"), "auth.api_keys[%d].key_sha256: want 64 lowercase hex characters (sha256 of the key; never the key itself)", i)
+		}
+	}
+	if j := c.Auth.JWT; j != nil {
+		if j.Issuer == "" || j.Audience == "" || j.JWKSURL == "" {
+			add(at("auth", "jwt"), "auth.jwt needs issuer, audience and jwks_url")
+		}
+		if j.JWKSURL != "" {
+			if u, err := url.Parse(j.JWKSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+				add(at("auth", "jwt", "jwks_url"), "auth.jwt.jwks_url %q is not an http(s) URL", j.JWKSURL)
+			}
+		}
+	}
+	for name, cr := range c.Credentials {
+		n := at("credentials", name)
+		if (cr.Env == "") == (cr.File == "") {
+			add(n, "credentials.%s: set exactly one of env or file", name)
+		}
+	}
+	names := map[string]bool{}
+	for i, s := range c.Servers {
+		n := at("servers", i)
+		if err := catalog.ValidServerName(s.Name); err != nil {
+			add(n, "servers[%d].name: %s", i, errcode.As(err).Message)
+		} else if strings.Contains(s.Name, c.Naming.Separator) {
+			add(at("servers", i, "name"), "servers[%d].name %q contains the naming separator %q", i, s.Name, c.Naming.Separator)
+		}
+		if names[s.Name] {
+			add(at("servers", i, "name"), "servers[%d].name %q is a duplicate", i, s.Name)
+		}
+		names[s.Name] = true
+		if (len(s.Command) == 0) == (s.URL == "") {
+			add(n, "servers[%d] (%s): set exactly one of command (stdio) or url (Streamable HTTP)", i, s.Name)
+		}
+		if s.URL != "" {
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				add(at("servers", i, "url"), "servers[%d].url %q is not an http(s) URL", i, s.URL)
+			}
+		}
+		if s.Timeout != "" && !validDuration(s.Timeout) {
+			add(at("servers", i, "timeout"), "servers[%d].timeout %q is not a duration", i, s.Timeout)
+		}
+		for _, v := range s.Headers {
+			c.checkRefs(v, at("servers", i, "headers"), add)
+		}
+		for _, v := range s.Env {
+			c.checkRefs(v, at("servers", i, "env"), add)
+		}
+	}
+	for i, t := range c.Tools {
+		n := at("tools", i)
+		if t.Match == "" {
+			add(n, "tools[%d]: match is required", i)
+		}
+		if t.SafetyTier != "" && !oneOf(t.SafetyTier, "pure", "read", "write", "exec") {
+			add(at("tools", i, "safety_tier"), "tools[%d].safety_tier %q: want pure, read, write or exec", i, t.SafetyTier)
+		}
+		if t.ReplayPolicy != "" && !oneOf(t.ReplayPolicy, "deterministic", "idempotent", "non-deterministic") {
+			add(at("tools", i, "replay_policy"), "tools[%d].replay_policy %q: want deterministic, idempotent or non-deterministic", i, t.ReplayPolicy)
+		}
+		if t.Approval != "" && !oneOf(t.Approval, "never", "conditional", "always") {
+			add(at("tools", i, "approval"), "tools[%d].approval %q: want never, conditional or always", i, t.Approval)
+		}
+		if t.Egress != "" && !oneOf(t.Egress, "none", "safe-fetch", "host-mediated", "host-owned") {
+			add(at("tools", i, "egress"), "tools[%d].egress %q: want none, safe-fetch, host-mediated or host-owned", i, t.Egress)
+		}
+		for _, h := range []struct{ k, v string }{{"cost_hint", t.CostHint}, {"latency_hint", t.LatencyHint}} {
+			if h.v != "" && !oneOf(h.v, "low", "medium", "high") {
+				add(at("tools", i, h.k), "tools[%d].%s %q: want low, medium or high", i, h.k, h.v)
+			}
+		}
+		if t.SafetyTier == "exec" && !strings.HasPrefix(t.Match, "x-host-") {
+			add(at("tools", i, "safety_tier"), "tools[%d]: safety_tier exec is only allowed for host-extension tools (x-host-*), not %q (RFC 0078 §C)", i, t.Match)
+		}
+		if t.Timeout != "" && !validDuration(t.Timeout) {
+			add(at("tools", i, "timeout"), "tools[%d].timeout %q is not a duration", i, t.Timeout)
+		}
+	}
+	for _, d := range []struct{ k, v string }{{"ttl", c.Approvals.TTL}, {"wait", c.Approvals.Wait}} {
+		if !validDuration(d.v) {
+			add(at("approvals", d.k), "approvals.%s %q is not a duration", d.k, d.v)
+		}
+	}
+	hookNames := map[string]bool{}
+	for i, h := range c.Hooks {
+		if !identRe.MatchString(h.Name) || hookNames[h.Name] {
+			add(at("hooks", i, "name"), "hooks[%d].name %q: want a unique name of [a-zA-Z0-9_.-]", i, h.Name)
+		}
+		hookNames[h.Name] = true
+		if !oneOf(h.Mode, "observe", "enforce") {
+			add(at("hooks", i, "mode"), "hooks[%d].mode %q: want observe or enforce", i, h.Mode)
+		}
+		if h.Mutating && h.Mode != "enforce" {
+			add(at("hooks", i, "mutating"), "hooks[%d]: only an enforce hook may be mutating", i)
+		}
+		if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			add(at("hooks", i, "url"), "hooks[%d].url %q is not an http(s) URL", i, h.URL)
+		}
+		if h.Timeout != "" && !validDuration(h.Timeout) {
+			add(at("hooks", i, "timeout"), "hooks[%d].timeout %q is not a duration", i, h.Timeout)
+		}
+		if h.Content != "" && !oneOf(h.Content, "hash", "full") {
+			add(at("hooks", i, "content"), "hooks[%d].content %q: want hash or full", i, h.Content)
+		}
+	}
+}
+
+var credRef = regexp.MustCompile(`\{\{\s*credential:([^}\s]*)\s*\}\}`)
+
+// checkRefs reports references to undeclared credentials.
+func (c *Config) checkRefs(v string, n *yaml.Node, add func(*yaml.Node, string, ...any)) {
+	for _, m := range credRef.FindAllStringSubmatch(v, -1) {
+		if _, ok := c.Credentials[m[1]]; !ok {
+			add(n, "{{credential:%s}} refers to an undeclared credential", m[1])
+		}
+	}
+}
+
+func splitHostPort(s string) (string, int, error) {
+	i := strings.LastIndex(s, ":")
+	if i < 0 {
+		return "", 0, errors.New("want host:port")
+	}
+	port, err := strconv.Atoi(s[i+1:])
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, errors.New("port is not a number in 0-65535")
+	}
+	return s[:i], port, nil
+}

@@ -1,0 +1,691 @@
+// Package pipeline is toolgate's one chokepoint: every tool call, whatever
+// door it came through (MCP, HTTP, native Go), runs Pipeline.Call, and every
+// "what may this principal see" question runs Pipeline.Disclose. It is the
+// only caller of the policy decision function, so disclosure and enforcement
+// cannot disagree.
+//
+// The order of a call (DESIGN.md):
+//
+//	resolve (canonical toolId) → decide (policy) → rate limit → before-hooks
+//	→ re-decide if a hook changed the arguments → agent.toolCalled (durable)
+//	→ invoke → after/error hooks → agent.toolReturned + receipt (durable) → result
+//
+// Every refusal (policy, scopes, hook, rate limit, fail-closed error) still
+// produces agent.toolCalled, agent.toolReturned{status: forbidden|rate_limited}
+// and a receipt; the tool never runs.
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/ratelimit"
+	"github.com/toolgate/toolgate/receipt"
+)
+
+// Invoker runs one tool. It returns the tool's result as JSON, or an error.
+// An *errcode.Error keeps its code (for example upstream_unavailable); any
+// other error is reported as tool_execution_failed. Implementations must be
+// safe for concurrent use and must honour ctx cancellation.
+type Invoker interface {
+	Invoke(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error)
+}
+
+// InvokerFunc adapts a function to Invoker.
+type InvokerFunc func(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error)
+
+// Invoke calls f.
+func (f InvokerFunc) Invoke(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
+	return f(ctx, t, args)
+}
+
+// ReceiptLog appends receipts to a hash chain and stores them; Append links
+// the receipt (fills seq, prevHash, hash) and returns once it is stored
+// (durably, for a durable log). It must be safe for concurrent use.
+type ReceiptLog interface {
+	Append(ctx context.Context, r *receipt.Receipt) error
+}
+
+// State is one immutable configuration of the gate: catalog, compiled
+// policy and the invoker of each tool. Pipeline swaps it atomically.
+type State struct {
+	Catalog  *catalog.Snapshot
+	Policy   *policy.Program    // nil denies every call (fail closed)
+	Invokers map[string]Invoker // by canonical toolId
+
+	facts map[string]policy.Tool // per toolId, built once by Prepare
+}
+
+// prepare precomputes per-tool policy facts; Pipeline.Swap calls it.
+func (s *State) prepare() {
+	s.facts = make(map[string]policy.Tool, s.Catalog.Len())
+	for _, t := range s.Catalog.Tools() {
+		s.facts[t.Descriptor.ToolID] = PolicyTool(&t.Descriptor)
+	}
+}
+
+// PolicyTool converts a descriptor into the policy's view of a tool: id,
+// source, safetyTier, descriptor scopes and every descriptor field (as CEL
+// sees them under `tool`).
+func PolicyTool(d *catalog.ToolDescriptor) policy.Tool {
+	var fields map[string]any
+	raw, _ := json.Marshal(d)
+	_ = json.Unmarshal(raw, &fields)
+	if fields == nil {
+		fields = map[string]any{}
+	}
+	fields["id"] = d.ToolID
+	var scopes []string
+	if d.Auth != nil {
+		scopes = append(scopes, d.Auth.Scopes...)
+	}
+	return policy.Tool{ID: d.ToolID, Source: string(d.Source), SafetyTier: string(d.SafetyTier), Scopes: scopes, Fields: fields}
+}
+
+// Options configures a Pipeline. Limiter, Events and Receipts are required.
+type Options struct {
+	Limiter  ratelimit.Limiter
+	Redactor *audit.Redactor // nil: a redactor with key-name and shape rules only
+	Events   audit.Log
+	Receipts ReceiptLog
+	Hooks    []hook.Registration
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger     // default discards
+	// AuditContent is "hash" (default: events carry argsHash only) or "full"
+	// (events also carry the redacted inputs).
+	AuditContent string
+	// ToolTimeout bounds one invocation (default 60 s).
+	ToolTimeout time.Duration
+}
+
+// Pipeline runs calls through the gate. It is safe for concurrent use.
+type Pipeline struct {
+	opts  Options
+	state atomic.Pointer[State]
+}
+
+// New returns a Pipeline with an empty catalog and no policy (deny all).
+func New(opts Options) (*Pipeline, error) {
+	if opts.Limiter == nil || opts.Events == nil || opts.Receipts == nil {
+		return nil, errors.New("pipeline: Limiter, Events and Receipts are required")
+	}
+	if opts.Redactor == nil {
+		opts.Redactor = audit.NewRedactor()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ToolTimeout <= 0 {
+		opts.ToolTimeout = 60 * time.Second
+	}
+	for i, h := range opts.Hooks {
+		if h.Hook == nil || h.Name == "" {
+			return nil, fmt.Errorf("pipeline: hook %d needs a Name and a Hook", i)
+		}
+		if h.Mode != hook.Observe && h.Mode != hook.Enforce {
+			return nil, fmt.Errorf("pipeline: hook %q: mode %q is not observe or enforce", h.Name, h.Mode)
+		}
+		if h.Mutating && h.Mode != hook.Enforce {
+			return nil, fmt.Errorf("pipeline: hook %q: only an enforce hook may be mutating", h.Name)
+		}
+	}
+	p := &Pipeline{opts: opts}
+	empty, err := catalog.NewSnapshot(nil, catalog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	p.Swap(&State{Catalog: empty})
+	return p, nil
+}
+
+// Swap installs s atomically; calls already running finish on the old state.
+func (p *Pipeline) Swap(s *State) {
+	s.prepare()
+	p.state.Store(s)
+}
+
+// State returns the installed state (immutable; do not modify).
+func (p *Pipeline) State() *State { return p.state.Load() }
+
+// Redactor returns the redactor used for argsHash, events and messages.
+func (p *Pipeline) Redactor() *audit.Redactor { return p.opts.Redactor }
+
+// Call is one tool call request.
+type Call struct {
+	Tool         string          // any accepted spelling of the tool (see catalog.Snapshot.Resolve)
+	Args         json.RawMessage // a JSON object; empty means {}
+	Principal    policy.Principal
+	Transport    catalog.Transport // mcp, http or native
+	CallID       string            // generated when empty
+	RunID        string            // defaults to "run_"+CallID
+	AgentID      string            // defaults to core.system
+	ParentCallID string
+}
+
+// Result is the outcome of a call. Status is ok, error, forbidden or
+// rate_limited; Err is set iff Status is not ok. Hidden is true when the tool
+// is not disclosed to the principal (or does not exist): transports must
+// answer exactly as for an unknown tool (DESIGN.md decision 5).
+type Result struct {
+	CallID, RunID, ReceiptID string
+	ToolID                   string
+	Status                   audit.Status
+	Output                   json.RawMessage
+	Err                      *errcode.Error
+	Ran                      bool
+	DurationMs               int64
+	Decision                 policy.Decision
+	Hidden                   bool
+	RequestedArgsHash        string
+	ExecutedArgsHash         string
+	MutationSource           string
+	RetryAfter               time.Duration
+}
+
+// Disclose returns the tools principal may see: every tool whose name-level
+// decision could be non-deny (policy.Program.Disclose), sorted by toolId.
+func (p *Pipeline) Disclose(ctx context.Context, principal policy.Principal) []*catalog.Tool {
+	st := p.state.Load()
+	var out []*catalog.Tool
+	now := p.opts.Now()
+	for _, t := range st.Catalog.Tools() {
+		in := policy.Input{Principal: principal, Tool: st.facts[t.Descriptor.ToolID], Now: now}
+		if st.Policy != nil && st.Policy.Disclose(ctx, &in) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Visible reports whether toolID is disclosed to principal.
+func (p *Pipeline) Visible(ctx context.Context, principal policy.Principal, toolID string) bool {
+	st := p.state.Load()
+	facts, ok := st.facts[toolID]
+	if !ok || st.Policy == nil {
+		return false
+	}
+	in := policy.Input{Principal: principal, Tool: facts, Now: p.opts.Now()}
+	return st.Policy.Disclose(ctx, &in)
+}
+
+// Explain returns the policy's explanation of (principal, tool, args).
+func (p *Pipeline) Explain(ctx context.Context, principal policy.Principal, toolName string, args json.RawMessage) (policy.Explanation, *catalog.Tool, error) {
+	st := p.state.Load()
+	t, err := st.Catalog.Resolve(toolName)
+	if err != nil {
+		return policy.Explanation{}, nil, err
+	}
+	m, err := decodeArgs(args)
+	if err != nil {
+		return policy.Explanation{}, nil, err
+	}
+	in := policy.Input{Principal: principal, Tool: st.facts[t.Descriptor.ToolID], Args: m, ArgsKnown: true, Now: p.opts.Now(), Call: policy.Call{Transport: "native"}}
+	if st.Policy == nil {
+		return policy.Explanation{Decision: noPolicy()}, t, nil
+	}
+	return st.Policy.Explain(ctx, &in), t, nil
+}
+
+func noPolicy() policy.Decision {
+	return policy.Decision{Effect: policy.EffectDeny, Layer: "no-policy", Reason: "no policy is loaded: every call is denied (fail closed)"}
+}
+
+func newID(prefix string) string {
+	var b [16]byte
+	putUint64(b[:8], rand.Uint64())
+	putUint64(b[8:], rand.Uint64())
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func putUint64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (56 - 8*i))
+	}
+}
+
+// decodeArgs parses the arguments, which must be a JSON object (or empty).
+func decodeArgs(args json.RawMessage) (map[string]any, error) {
+	if len(args) == 0 {
+		return map[string]any{}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(args, &m); err != nil {
+		return nil, errcode.Errorf(errcode.InvalidArgument, "arguments must be a JSON object: %v", err)
+	}
+	if m == nil {
+		return nil, errcode.New(errcode.InvalidArgument, "arguments must be a JSON object, not null")
+	}
+	return m, nil
+}
+
+// callState carries one call through the stages.
+type callState struct {
+	c        *Call
+	st       *State
+	tool     *catalog.Tool
+	res      *Result
+	args     json.RawMessage
+	argsMap  map[string]any
+	started  time.Time
+	called   *audit.Event
+	hookCall hook.Call
+}
+
+// Call runs c through the gate and returns its result. It never panics
+// because of a tool, hook or policy; every outcome is recorded. The returned
+// error is non-nil only when the request itself is unusable before a tool is
+// identified (unknown or ambiguous tool, malformed arguments,
+// unauthenticated principal): those calls are not recorded as tool calls.
+func (p *Pipeline) Call(ctx context.Context, c Call) (*Result, error) {
+	st := p.state.Load()
+	if c.Principal.ID == "" {
+		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
+	}
+	if c.CallID == "" {
+		c.CallID = newID("call_")
+	}
+	if c.RunID == "" {
+		c.RunID = "run_" + c.CallID
+	}
+	if c.AgentID == "" {
+		c.AgentID = audit.AgentSystem
+	}
+	if c.Transport == "" {
+		c.Transport = catalog.TransportNative
+	}
+	res := &Result{CallID: c.CallID, RunID: c.RunID}
+	tool, err := st.Catalog.Resolve(c.Tool)
+	if err != nil {
+		res.Hidden = true
+		return res, err
+	}
+	res.ToolID = tool.Descriptor.ToolID
+	argsMap, err := decodeArgs(c.Args)
+	if err != nil {
+		return res, err
+	}
+	args := c.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	h, err := p.opts.Redactor.ArgsHash(args)
+	if err != nil {
+		return res, err
+	}
+	res.RequestedArgsHash, res.ExecutedArgsHash = h, h
+	cs := &callState{c: &c, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now()}
+	cs.hookCall = hook.Call{
+		CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
+		ToolID: res.ToolID, Transport: string(c.Transport), Principal: c.Principal.ID,
+		Tenant: c.Principal.Tenant, Args: args, ArgsHash: h,
+	}
+
+	// decide
+	res.Decision = p.decide(ctx, cs)
+	if e := p.refusal(ctx, cs); e != nil {
+		return p.refuse(ctx, cs, audit.StatusForbidden, e)
+	}
+	// rate limit
+	if rate, burst, ok := st.Policy.RateLimit(res.ToolID); ok {
+		key := ratelimit.Key{Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID}
+		rl, err := p.opts.Limiter.Take(ctx, key, ratelimit.Limit{Rate: rate, Burst: burst})
+		if err != nil {
+			return p.refuse(ctx, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
+		}
+		if !rl.Allowed {
+			res.RetryAfter = rl.RetryAfter
+			e := errcode.As(rl.Err()).WithDetails(map[string]any{"toolName": res.ToolID})
+			return p.refuse(ctx, cs, audit.StatusRateLimited, e)
+		}
+	}
+	// before-hooks
+	if e := p.beforeHooks(ctx, cs); e != nil {
+		return p.refuse(ctx, cs, audit.StatusForbidden, e)
+	}
+	// agent.toolCalled is durable before the tool runs.
+	called, err := p.calledEvent(cs)
+	if err != nil {
+		return p.internal(res, err)
+	}
+	if err := p.opts.Events.Append(ctx, called); err != nil {
+		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", p.opts.Redactor.RedactString(err.Error()))
+		return p.unrecorded(res, err)
+	}
+	cs.called = called
+	return p.invoke(ctx, cs)
+}
+
+// decide runs the policy on the current arguments.
+func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
+	if cs.st.Policy == nil {
+		return noPolicy()
+	}
+	in := policy.Input{
+		Principal: cs.c.Principal, Tool: cs.st.facts[cs.res.ToolID], Args: cs.argsMap, ArgsKnown: true,
+		Call: policy.Call{Transport: string(cs.c.Transport), CallID: cs.c.CallID, RunID: cs.c.RunID, AgentID: cs.c.AgentID, ParentCallID: cs.c.ParentCallID},
+		Now:  cs.started,
+	}
+	return cs.st.Policy.Decide(ctx, &in)
+}
+
+// refusal turns a non-allow decision into the error to answer, or nil.
+func (p *Pipeline) refusal(ctx context.Context, cs *callState) *errcode.Error {
+	d := cs.res.Decision
+	switch d.Effect {
+	case policy.EffectAllow:
+		return nil
+	case policy.EffectRequireApproval:
+		return errcode.Errorf(errcode.ApprovalRequired, "%s requires approval: %s", cs.res.ToolID, d.Reason).
+			WithDetails(map[string]any{"toolName": cs.res.ToolID, "ruleId": d.RuleID})
+	}
+	cs.res.Hidden = cs.st.Policy == nil || !cs.st.Policy.Disclose(ctx, &policy.Input{Principal: cs.c.Principal, Tool: cs.st.facts[cs.res.ToolID], Now: cs.started})
+	details := map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "requiredScopes": nonNil(d.RequiredScopes)}
+	if d.RuleID != "" {
+		details["ruleId"] = d.RuleID
+	}
+	if len(d.MissingScopes) > 0 {
+		details["missingScopes"] = d.MissingScopes
+	}
+	reason := d.Reason
+	if reason == "" {
+		reason = "denied by policy"
+	}
+	return errcode.Errorf(errcode.Forbidden, "%s: %s", cs.res.ToolID, reason).WithDetails(details)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// beforeHooks runs the before callbacks; an enforce hook may deny or, if
+// mutating, replace the arguments (then the decision runs again).
+func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Error {
+	for _, reg := range p.opts.Hooks {
+		hc := cs.hookCall
+		v, err := runHook(ctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
+		if reg.Mode == hook.Observe {
+			if err != nil {
+				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", p.opts.Redactor.RedactString(err.Error()))
+			}
+			continue
+		}
+		if err != nil {
+			return errcode.Errorf(errcode.Forbidden, "hook %s failed (fail closed): %s", reg.Name, p.opts.Redactor.RedactString(err.Error())).
+				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
+		}
+		if v.Deny {
+			reason := v.Reason
+			if reason == "" {
+				reason = "no reason given"
+			}
+			return errcode.Errorf(errcode.Forbidden, "hook %s denied the call: %s", reg.Name, p.opts.Redactor.RedactString(reason)).
+				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
+		}
+		if v.Args == nil {
+			continue
+		}
+		if !reg.Mutating {
+			return errcode.Errorf(errcode.Forbidden, "hook %s changed the arguments but is not declared mutating", reg.Name).
+				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
+		}
+		m, err := decodeArgs(v.Args)
+		if err != nil {
+			return errcode.Errorf(errcode.Forbidden, "hook %s returned invalid arguments: %s", reg.Name, err.Error())
+		}
+		h, err := p.opts.Redactor.ArgsHash(v.Args)
+		if err != nil {
+			return errcode.Errorf(errcode.Forbidden, "hook %s returned invalid arguments: %s", reg.Name, err.Error())
+		}
+		cs.args, cs.argsMap = v.Args, m
+		cs.hookCall.Args, cs.hookCall.ArgsHash = v.Args, h
+		cs.res.ExecutedArgsHash = h
+		cs.res.MutationSource = "hook:" + reg.Name
+		// The decision runs again on the new arguments.
+		cs.res.Decision = p.decide(ctx, cs)
+		if e := p.refusal(ctx, cs); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// runHook runs fn with the hook's timeout, turning a panic or a timeout into
+// an error. The hook goroutine is abandoned on timeout (its result ignored).
+func runHook[T any](ctx context.Context, reg hook.Registration, fn func(context.Context) (T, error)) (T, error) {
+	timeout := reg.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type out struct {
+		v   T
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		var o out
+		defer func() {
+			if r := recover(); r != nil {
+				o.err = fmt.Errorf("hook %s panicked: %v", reg.Name, r)
+			}
+			done <- o
+		}()
+		o.v, o.err = fn(hctx)
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-hctx.Done():
+		var zero T
+		return zero, fmt.Errorf("hook %s: %w", reg.Name, hctx.Err())
+	}
+}
+
+func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
+	c := cs.c
+	ref := audit.CallRef{AgentID: c.AgentID, ToolName: cs.res.ToolID, CallID: c.CallID, ParentCallID: c.ParentCallID}
+	tc := audit.NewToolCalled(ref, cs.res.RequestedArgsHash, c.Principal.ID, audit.Transport(c.Transport))
+	if p.opts.AuditContent == "full" {
+		if red, err := p.opts.Redactor.RedactJSON(cs.args); err == nil {
+			tc.Inputs = red
+		}
+	}
+	ev, err := audit.NewEvent(c.RunID, audit.TypeToolCalled, tc, "", cs.started)
+	if err != nil {
+		return nil, err
+	}
+	ev.Tenant = c.Principal.Tenant
+	return ev, nil
+}
+
+// refuse records a gate refusal (toolCalled, toolReturned without
+// durationMs, receipt) and returns the result. The tool never runs.
+func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Status, e *errcode.Error) (*Result, error) {
+	res := cs.res
+	res.Status, res.Err = status, e
+	called, err := p.calledEvent(cs)
+	if err != nil {
+		return p.internal(res, err)
+	}
+	ref := audit.CallRef{AgentID: cs.c.AgentID, ToolName: res.ToolID, CallID: cs.c.CallID, ParentCallID: cs.c.ParentCallID}
+	tr, err := audit.ReturnedRefused(ref, status, audit.ErrorObject{Code: string(e.Code), Message: e.Message, Details: e.Details})
+	if err != nil {
+		return p.internal(res, err)
+	}
+	ret, err := audit.NewEvent(cs.c.RunID, audit.TypeToolReturned, tr, called.EventID, p.opts.Now())
+	if err != nil {
+		return p.internal(res, err)
+	}
+	ret.Tenant = cs.c.Principal.Tenant
+	if err := p.opts.Events.Append(ctx, called, ret); err != nil {
+		return p.unrecorded(res, err)
+	}
+	if err := p.appendReceipt(ctx, cs); err != nil {
+		return p.unrecorded(res, err)
+	}
+	return res, nil
+}
+
+// invoke runs the tool, the after/error hooks, and records the outcome.
+func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
+	res := cs.res
+	inv := cs.st.Invokers[res.ToolID]
+	var out json.RawMessage
+	var err error
+	start := time.Now()
+	if inv == nil {
+		err = errcode.Errorf(errcode.UpstreamUnavailable, "no invoker is registered for %s", res.ToolID)
+	} else {
+		ictx, cancel := context.WithTimeout(ctx, p.opts.ToolTimeout)
+		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
+		if err != nil && ictx.Err() != nil && errcode.As(err) == nil {
+			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+				err = errcode.Wrap(errcode.Cancelled, err, "call cancelled")
+			} else {
+				err = errcode.Wrap(errcode.Timeout, err, fmt.Sprintf("tool did not finish within %s", p.opts.ToolTimeout))
+			}
+		}
+		cancel()
+		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
+	}
+	dur := time.Since(start)
+	if res.Ran {
+		res.DurationMs = dur.Milliseconds()
+	}
+	if err == nil {
+		res.Status, res.Output = audit.StatusOK, out
+		if e := p.afterHooks(ctx, cs, &hook.Outcome{Status: "ok", Output: out, DurationMs: res.DurationMs}, false); e != nil {
+			res.Status, res.Output, res.Err = audit.StatusError, nil, e
+		}
+	} else {
+		e := errcode.As(err)
+		if e == nil {
+			e = errcode.New(errcode.ToolExecutionFailed, err.Error())
+		}
+		e = &errcode.Error{Code: e.Code, Message: p.opts.Redactor.RedactString(e.Message), Details: e.Details}
+		res.Status, res.Err = audit.StatusError, e
+		res.Output = out // e.g. an MCP isError result's content
+		p.afterHooks(ctx, cs, &hook.Outcome{Status: "error", ErrorCode: string(e.Code), Error: e, DurationMs: res.DurationMs}, true)
+	}
+	ref := audit.CallRef{AgentID: cs.c.AgentID, ToolName: res.ToolID, CallID: cs.c.CallID, ParentCallID: cs.c.ParentCallID}
+	var tr audit.ToolReturned
+	if res.Status == audit.StatusOK {
+		var outcome json.RawMessage
+		if p.opts.AuditContent == "full" {
+			outcome, _ = p.opts.Redactor.RedactJSON(out)
+		}
+		tr = audit.ReturnedOK(ref, outcome, dur)
+	} else {
+		tr, err = audit.ReturnedError(ref, audit.ErrorObject{Code: string(res.Err.Code), Message: res.Err.Message, Details: res.Err.Details}, dur, res.Ran)
+		if err != nil {
+			return p.internal(res, err)
+		}
+	}
+	ret, err := audit.NewEvent(cs.c.RunID, audit.TypeToolReturned, tr, cs.called.EventID, p.opts.Now())
+	if err != nil {
+		return p.internal(res, err)
+	}
+	ret.Tenant = cs.c.Principal.Tenant
+	if err := p.opts.Events.Append(ctx, ret); err != nil {
+		return p.unrecorded(res, err)
+	}
+	if err := p.appendReceipt(ctx, cs); err != nil {
+		return p.unrecorded(res, err)
+	}
+	return res, nil
+}
+
+// afterHooks runs After (ok) or OnError callbacks. An enforce hook's failure
+// withholds an ok result (returned as a forbidden error); on the error path
+// the result is already an error and hook failures are only logged.
+func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcome, onError bool) *errcode.Error {
+	for _, reg := range p.opts.Hooks {
+		hc := cs.hookCall
+		_, err := runHook(ctx, reg, func(hctx context.Context) (struct{}, error) {
+			if onError {
+				return struct{}{}, reg.Hook.OnError(hctx, &hc, o)
+			}
+			return struct{}{}, reg.Hook.After(hctx, &hc, o)
+		})
+		if err == nil {
+			continue
+		}
+		msg := p.opts.Redactor.RedactString(err.Error())
+		if reg.Mode == hook.Observe || onError {
+			p.opts.Logger.Warn("hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
+			continue
+		}
+		return errcode.Errorf(errcode.Forbidden, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
+			WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
+	}
+	return nil
+}
+
+// safeInvoke calls the invoker, turning a panic into tool_execution_failed.
+func safeInvoke(ctx context.Context, inv Invoker, t *catalog.Tool, args json.RawMessage) (out json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, errcode.Errorf(errcode.ToolExecutionFailed, "tool panicked: %v", r)
+		}
+	}()
+	return inv.Invoke(ctx, t, args)
+}
+
+func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
+	res := cs.res
+	res.ReceiptID = newID("rcpt_")
+	r := &receipt.Receipt{
+		ReceiptID: res.ReceiptID, CallID: res.CallID, ParentCallID: cs.c.ParentCallID, RunID: res.RunID,
+		AgentID: cs.c.AgentID, Principal: cs.c.Principal.ID, Tenant: cs.c.Principal.Tenant, ToolID: res.ToolID,
+		Transport:         string(cs.c.Transport),
+		Decision:          receipt.Decision{Effect: string(res.Decision.Effect), RuleID: res.Decision.RuleID, PolicyVersion: res.Decision.PolicyVersion},
+		RequestedArgsHash: res.RequestedArgsHash, ExecutedArgsHash: res.ExecutedArgsHash, MutationSource: res.MutationSource,
+		Status: string(res.Status), StartedAt: cs.started,
+	}
+	if res.Err != nil {
+		r.Error = &receipt.ErrorRef{Code: string(res.Err.Code)}
+	}
+	if res.Ran {
+		d := res.DurationMs
+		r.DurationMs = &d
+	}
+	if res.Status == audit.StatusOK {
+		sum := sha256.Sum256(res.Output)
+		r.ResultHash = hex.EncodeToString(sum[:])
+	}
+	return p.opts.Receipts.Append(ctx, r)
+}
+
+// unrecorded answers a call whose audit record could not be written:
+// status error, code audit_unavailable (DESIGN.md decision 7).
+func (p *Pipeline) unrecorded(res *Result, err error) (*Result, error) {
+	res.Status, res.Output = audit.StatusError, nil
+	res.Err = errcode.Errorf(errcode.AuditUnavailable, "the audit store could not record the call: %s", p.opts.Redactor.RedactString(err.Error()))
+	return res, nil
+}
+
+func (p *Pipeline) internal(res *Result, err error) (*Result, error) {
+	res.Status, res.Output = audit.StatusError, nil
+	res.Err = errcode.Wrap(errcode.Internal, err, "recording the call")
+	return res, nil
+}
