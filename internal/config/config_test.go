@@ -1,0 +1,109 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// The configuration format of DESIGN.md, with a real key hash.
+const designConfig = `
+listen: 127.0.0.1:7070
+naming: {prefix: auto, separator: "__"}
+openwop: {test_seams: false}
+store: {driver: sqlite, dsn: toolgate.db}
+ratelimit: {backend: memory}
+audit: {durability: sync, content: hash}
+signing: {key_file: toolgate.key}
+auth:
+  api_keys:
+    - {id: alice, key_sha256: "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b", tenant: acme, scopes: [fs:read, web:read]}
+  jwt: {issuer: "https://id.example.com", audience: toolgate, jwks_url: "https://id.example.com/jwks", scopes_claim: scope, tenant_claim: tid}
+credentials:
+  gh-token: {env: GITHUB_TOKEN}
+servers:
+  - name: fs
+    command: [npx, -y, "@modelcontextprotocol/server-filesystem", ./data]
+  - name: remote
+    url: http://127.0.0.1:9000/mcp
+    headers: {Authorization: "Bearer {{credential:gh-token}}"}
+tools:
+  - {match: "mcp:fs.read_*", safety_tier: read, scopes: [fs:read], replay_policy: idempotent}
+  - {match: "mcp:fs.write_file", safety_tier: write, scopes: [fs:write], approval: always}
+policy:
+  default: deny
+  rules:
+    - {id: readers, effect: allow, tools: ["mcp:fs.*"]}
+    - {id: no-etc, effect: deny, tools: ["mcp:fs.*"], when: 'has(args.path) && args.path.startsWith("/etc")'}
+    - {id: big-writes, effect: require_approval, tools: ["mcp:fs.write_file"], when: 'size(args.content) > 10000'}
+  ratelimits:
+    - {tools: ["*"], per: principal_tool, rate: 10/s, burst: 20}
+approvals: {ttl: 15m, wait: 30s, approvers_scope: toolgate:approve}
+hooks:
+  - {name: siem, mode: observe, url: http://127.0.0.1:9100/hook, timeout: 500ms}
+`
+
+func TestDesignConfigParses(t *testing.T) {
+	cfg, err := Parse("toolgate.yaml", []byte(designConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Policy == nil || len(cfg.Servers) != 2 || len(cfg.Classifications()) != 2 || cfg.Auth.JWT.TenantClaim != "tid" {
+		t.Fatalf("cfg = %+v", cfg)
+	}
+	if rate, burst, ok := cfg.Policy.RateLimit("mcp:fs.read_file"); !ok || rate != 10 || burst != 20 {
+		t.Errorf("rate limit = %v %v %v", rate, burst, ok)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse("min.yaml", []byte("listen: 127.0.0.1:9999\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Naming.Prefix != "auto" || cfg.Naming.Separator != "__" || cfg.Store.Driver != "sqlite" || cfg.Audit.Content != "hash" ||
+		cfg.RateLimit.OnUnavailable != "deny" || cfg.Signing.KeyFile != "toolgate.key" || cfg.Policy != nil {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestIssuesAreLocatedAndComplete(t *testing.T) {
+	src := `listen: 127.0.0.1:7070
+bogus: 1
+servers:
+  - name: fs
+    url: http://127.0.0.1:1/mcp
+    headers: {Authorization: "Bearer {{credential:missing}}"}
+    colour: red
+policy:
+  rules:
+    - {id: r, effect: allow, tools: ["*"], when: 'principal.nope == 1'}
+`
+	_, err := Parse("c.yaml", []byte(src))
+	var issues policy.Issues
+	if !errors.As(err, &issues) {
+		t.Fatalf("err = %v", err)
+	}
+	if !errors.Is(err, &errcode.Error{Code: errcode.InvalidConfig}) {
+		t.Errorf("issues are not invalid_config: %v", err)
+	}
+	text := err.Error()
+	for _, want := range []string{"c.yaml:2:1: field bogus not found", "c.yaml:7:5: field colour not found", "undeclared credential", "c.yaml:10:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("issues lack %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestMalformedYAML(t *testing.T) {
+	for _, src := range []string{"", "listen: [unclosed", "\t- tab", "- a list\n- at the root\n"} {
+		_, err := Parse("m.yaml", []byte(src))
+		var issues policy.Issues
+		if !errors.As(err, &issues) || len(issues) == 0 || issues[0].Pos.Line < 1 {
+			t.Errorf("%q: err = %v", src, err)
+		}
+	}
+}

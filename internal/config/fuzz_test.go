@@ -1,0 +1,28 @@
+package config
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// FuzzParse: any input yields a config or located issues, never a panic.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(designConfig))
+	f.Add([]byte("listen: 127.0.0.1:1\npolicy: {rules: [{id: a, effect: allow, tools: ['*'], when: 'args.x > 1'}]}\n"))
+	f.Add([]byte("servers: [{name: x, url: 'http://h/mcp', headers: {a: '{{credential:y}}'}}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse("fuzz.yaml", data)
+		if err == nil {
+			if cfg == nil {
+				t.Fatal("nil config without error")
+			}
+			return
+		}
+		var issues policy.Issues
+		if !errors.As(err, &issues) || len(issues) == 0 {
+			t.Fatalf("error is not located issues: %v", err)
+		}
+	})
+}
