@@ -348,3 +348,74 @@ func TestReceiptsVerifyDetectsEveryTamperedField(t *testing.T) {
 	}
 	t.Logf("%d single-field tamperings, all detected", tampered)
 }
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+func TestOutputWriteErrorFails(t *testing.T) {
+	var errb bytes.Buffer
+	code := Main(context.Background(), []string{"hash", "{}"}, strings.NewReader(""), failWriter{}, &errb)
+	if code != ExitFailure || !strings.Contains(errb.String(), "no space left") {
+		t.Fatalf("code %d stderr %q", code, errb.String())
+	}
+}
+
+func TestInterruptedReturns130(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	// stdin never ends: without the interrupt, hash would wait forever.
+	r, w, _ := os.Pipe()
+	defer w.Close()
+	defer r.Close()
+	if code := Main(ctx, []string{"hash"}, r, &out, &errb); code != ExitInterrupted {
+		t.Fatalf("code %d", code)
+	}
+}
+
+func TestGroupsWithoutSubcommandAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"policy"}, {"receipts"}, {"policy", "bogus"}} {
+		if code, _, errOut := run(t, "", args...); code != ExitUsage || errOut == "" {
+			t.Errorf("%v: code %d stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestReceiptsVerifyRefusesEmptyAndReportsRange(t *testing.T) {
+	file, pub := receiptsFixture(t)
+	empty := writeFile(t, "empty.jsonl", "")
+	if code, _, errOut := run(t, "", "receipts", "verify", empty, "--pubkey", pub); code != ExitFailure || !strings.Contains(errOut, "no receipts") {
+		t.Errorf("empty file: %d %q", code, errOut)
+	}
+	code, out, _ := run(t, "", "receipts", "verify", file, "--pubkey", pub)
+	if code != ExitOK || !strings.Contains(out, "seq 0..5") {
+		t.Errorf("range not reported: %d %q", code, out)
+	}
+}
+
+func TestPolicyExplainAcceptsGateSpellings(t *testing.T) {
+	cfg := writeFile(t, "c.yaml", `
+servers: [{name: fs, command: [fs-server]}]
+policy: {rules: [{id: readers, effect: allow, tools: ["mcp:fs.*"]}]}
+`)
+	for _, name := range []string{"mcp:fs.read_file", "fs.read_file", "fs__read_file", "mcp%3Afs.read_file"} {
+		code, out, errOut := run(t, "", "policy", "explain", "--config", cfg, "--principal", "a", "--tool", name)
+		if code != ExitOK || !strings.Contains(out, `"toolId": "mcp:fs.read_file"`) {
+			t.Errorf("%s: %d %q %q", name, code, out, errOut)
+		}
+	}
+	for _, tc := range []struct{ args, want string }{
+		{`{"a":1,"a":2}`, "duplicate key"},
+		{`null`, "JSON object"},
+		{`"\ud800"`, "surrogate"},
+	} {
+		code, _, errOut := run(t, "", "policy", "explain", "--config", cfg, "--principal", "a", "--tool", "fs.x", "--args", tc.args)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("args %s: %d %q", tc.args, code, errOut)
+		}
+	}
+	if code, _, errOut := run(t, "", "policy", "explain", "--config", cfg, "--principal", "", "--tool", "fs.x"); code != ExitUsage || !strings.Contains(errOut, "principal") {
+		t.Errorf("empty principal: %d %q", code, errOut)
+	}
+}

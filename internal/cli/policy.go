@@ -3,11 +3,14 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
@@ -29,7 +32,7 @@ type explainOutput struct {
 	Disclosed   bool                   `json:"disclosed"`
 	Decision    decisionJSON           `json:"decision"`
 	Descriptor  catalog.ToolDescriptor `json:"descriptor"`
-	Explanation policy.Explanation     `json:"explanation"`
+	Explanation *policy.Explanation    `json:"explanation,omitempty"`
 }
 
 type decisionJSON struct {
@@ -68,21 +71,24 @@ trace. The tool is named by its canonical toolId (mcp:<server>.<tool>, native:<n
 			if err != nil {
 				return usage("%v", err)
 			}
-			var argMap map[string]any
-			if args == "" {
-				argMap = map[string]any{}
-			} else if err := json.Unmarshal([]byte(args), &argMap); err != nil || argMap == nil {
-				return usage("--args must be a JSON object: %v", err)
+			argMap, err := parseArgs(args)
+			if err != nil {
+				return usage("%v", err)
 			}
-			p := policy.Principal{ID: principal, Tenant: tenant, Scopes: scopes}
+			if strings.TrimSpace(principal) == "" {
+				return usage("--principal must not be empty (a call without a principal is refused as unauthenticated)")
+			}
+			p := policy.Principal{ID: principal, Tenant: tenant, Scopes: nonEmpty(scopes)}
 			in := policy.Input{Principal: p, Tool: pipeline.PolicyTool(&d), Args: argMap, ArgsKnown: true, Call: policy.Call{Transport: "native"}}
 			ctx := cmd.Context()
 			out := explainOutput{ToolID: d.ToolID, Principal: p, Descriptor: d}
 			if cfg.Policy == nil {
-				out.Decision = decisionJSON{Effect: policy.EffectDeny, Layer: "no-policy", Reason: "the configuration has no policy: every call is denied"}
+				out.Decision = decisionJSON{Effect: policy.EffectDeny, Layer: "no-policy", Reason: "the configuration has no policy: every call is denied",
+					RequiredScopes: []string{}, MissingScopes: []string{}}
 			} else {
-				out.Explanation = cfg.Policy.Explain(ctx, &in)
-				dec := out.Explanation.Decision
+				ex := cfg.Policy.Explain(ctx, &in)
+				out.Explanation = &ex
+				dec := ex.Decision
 				out.Decision = decisionJSON{Effect: dec.Effect, RuleID: dec.RuleID, Reason: dec.Reason, Layer: dec.Layer,
 					PolicyVersion: dec.PolicyVersion, RequiredScopes: nonNil(dec.RequiredScopes), MissingScopes: nonNil(dec.MissingScopes)}
 				if dec.Err != nil {
@@ -109,6 +115,17 @@ trace. The tool is named by its canonical toolId (mcp:<server>.<tool>, native:<n
 	return cmd
 }
 
+// nonEmpty drops empty entries ("--scopes a,,b").
+func nonEmpty(s []string) []string {
+	var out []string
+	for _, x := range s {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -117,21 +134,34 @@ func nonNil(s []string) []string {
 }
 
 // descriptorFor builds the classified descriptor of a tool named on the
-// command line, without connecting to any upstream: mcp:<server>.<tool> (the
-// server must be configured), <server>.<tool>, or native:<name>.
+// command line, without connecting to any upstream. It accepts the spellings
+// the gate accepts for a tool it cannot list: the canonical toolId
+// (mcp:<server>.<tool>, native:<name>, http:<name>), <server>.<tool>,
+// <server><separator><tool>, each optionally percent-encoded once. The MCP
+// server must be configured. A bare tool name needs the server's tool list,
+// so it is refused with a hint.
 func descriptorFor(cfg *config.Config, name string) (catalog.ToolDescriptor, error) {
 	var d catalog.ToolDescriptor
+	if strings.Contains(name, "%") {
+		dec, err := url.PathUnescape(name)
+		if err != nil {
+			return d, fmt.Errorf("--tool %q: bad percent-encoding: %v", name, err)
+		}
+		name = dec
+	}
 	switch {
 	case strings.HasPrefix(name, "native:"):
 		d = catalog.ToolDescriptor{ToolID: name, Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead}
+	case strings.HasPrefix(name, "http:"):
+		d = catalog.ToolDescriptor{ToolID: name, Source: catalog.SourceConnector, SafetyTier: catalog.TierRead}
 	default:
-		id := name
-		if !strings.HasPrefix(id, "mcp:") {
-			id = "mcp:" + id
+		rest := strings.TrimPrefix(name, "mcp:")
+		server, tool, ok := strings.Cut(rest, ".")
+		if s2, t2, ok2 := strings.Cut(rest, cfg.Naming.Separator); ok2 && (!ok || len(s2) < len(server)) {
+			server, tool, ok = s2, t2, true
 		}
-		server, tool, ok := strings.Cut(strings.TrimPrefix(id, "mcp:"), ".")
 		if !ok || server == "" || tool == "" {
-			return d, fmt.Errorf("--tool %q: want mcp:<server>.<tool>, <server>.<tool> or native:<name>", name)
+			return d, fmt.Errorf("--tool %q: want mcp:<server>.<tool>, <server>.<tool>, <server>%s<tool> or native:<name> (a bare tool name needs the server's tool list)", name, cfg.Naming.Separator)
 		}
 		known := false
 		for _, s := range cfg.Servers {
@@ -140,11 +170,28 @@ func descriptorFor(cfg *config.Config, name string) (catalog.ToolDescriptor, err
 		if !known {
 			return d, fmt.Errorf("--tool %q: server %q is not configured", name, server)
 		}
-		d = catalog.ToolDescriptor{ToolID: id, Source: catalog.SourceMCP}
+		d = catalog.ToolDescriptor{ToolID: catalog.MCPToolID(server, tool), Source: catalog.SourceMCP}
 	}
 	catalog.Classify(&d, cfg.Classifications())
 	if err := d.Validate(); err != nil {
 		return d, err
 	}
 	return d, nil
+}
+
+// parseArgs validates call arguments exactly as the gate does (strict
+// RFC 8259: no duplicate keys or lone surrogates; a JSON object) and decodes
+// them for the policy.
+func parseArgs(args string) (map[string]any, error) {
+	if args == "" {
+		return map[string]any{}, nil
+	}
+	if _, err := audit.ArgsHash([]byte(args)); err != nil {
+		return nil, fmt.Errorf("--args: %s", errcode.As(err).Message)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(args), &m); err != nil || m == nil {
+		return nil, fmt.Errorf("--args must be a JSON object, got %s", strings.TrimSpace(args))
+	}
+	return m, nil
 }

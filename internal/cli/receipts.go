@@ -51,12 +51,22 @@ Exits 0 when the file verifies, 1 otherwise.`,
 			if err != nil {
 				return failure("%s: verification FAILED: %v", args[0], err)
 			}
+			if rep.Receipts == 0 {
+				return failure("%s: verification FAILED: the file holds no receipts", args[0])
+			}
 			if jsonOut {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK: %d receipts, %d checkpoints, chains %v\n", args[0], rep.Receipts, rep.Checkpoints, rep.Chains)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK: %d receipts, %d checkpoints\n", args[0], rep.Receipts, rep.Checkpoints)
+			for _, h := range rep.Heads {
+				fmt.Fprintf(cmd.OutOrStdout(), "  chain %s: seq %d..%d (%d receipts), head %s, signed through seq %d\n",
+					h.ChainID, h.First, h.Seq, h.Receipts, h.Hash, h.Signed)
+				if h.First != 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "  note: chain %s starts at seq %d, not 0: this file continues an earlier one, whose receipts were not checked\n", h.ChainID, h.First)
+				}
+			}
 			return nil
 		},
 	}

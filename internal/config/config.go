@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -168,12 +169,29 @@ func (c *Config) Classifications() []catalog.Classification {
 	return out
 }
 
+// MaxFileSize bounds a configuration file (bytes).
+const MaxFileSize = 8 << 20
+
+// MaxIssues bounds how many issues are reported; the rest are counted.
+const MaxIssues = 200
+
 // Load reads and validates the file at path. The error, when not an I/O
 // error, is policy.Issues listing every problem with file:line.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("reading config: %s is a directory", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("reading config: %s is larger than %d MiB", path, MaxFileSize>>20)
 	}
 	return Parse(path, data)
 }
@@ -192,25 +210,33 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err)}, Message: strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err), Col: 1}, Message: yamlSyntax(err)}}
 	}
 	cfg := &Config{File: file}
 	if len(root.Content) == 0 {
-		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: 1}, Message: "the configuration is empty"}}
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: 1, Col: 1}, Message: "the configuration is empty"}}
 	}
+	if n := countDocuments(data); n > 1 {
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: 1, Col: 1}, Message: fmt.Sprintf("the file holds %d YAML documents; a configuration is exactly one", n)}}
+	}
+	if root.Content[0].Kind != yaml.MappingNode {
+		n := root.Content[0]
+		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: n.Line, Col: n.Column}, Message: "the configuration must be a mapping of keys (listen, servers, policy, ...)"}}
+	}
+	lines := indexLines(&root)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err)}, Message: err.Error()}}
+			return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err), Col: 1}, Message: yamlSyntax(err)}}
 		}
 		for _, m := range te.Errors {
 			p := policy.Pos{File: file}
 			if sm := lineMsg.FindStringSubmatch(m); sm != nil {
 				p.Line, _ = strconv.Atoi(sm[1])
-				m = sm[2]
-				p.Col = columnOf(&root, p.Line, m)
+				m = friendly(sm[2])
+				p.Col = columnOf(lines, p.Line, sm[2])
 			}
 			issues = append(issues, policy.Issue{Pos: p, Message: m})
 		}
@@ -238,7 +264,13 @@ func Parse(file string, data []byte) (*Config, error) {
 		cfg.Policy = prog
 	}
 	if len(issues) > 0 {
-		return nil, issues.Sorted()
+		issues = issues.Sorted()
+		if len(issues) > MaxIssues {
+			more := len(issues) - MaxIssues
+			issues = append(issues[:MaxIssues], policy.Issue{Pos: policy.Pos{File: file, Line: issues[MaxIssues].Pos.Line},
+				Message: fmt.Sprintf("... and %d more issue(s)", more)})
+		}
+		return nil, issues
 	}
 	return cfg, nil
 }
@@ -257,29 +289,96 @@ func appendNew(issues, more policy.Issues) policy.Issues {
 	return issues
 }
 
-var unknownField = regexp.MustCompile(`^field (\S+) not found`)
+var (
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	cannotDecode = regexp.MustCompile("^cannot unmarshal !!(\\w+) (`[^`]*` )?into (\\S+)$")
+)
 
-// columnOf finds the column of a decode error on line: the key it names
-// (for an unknown field), else the first node on that line.
-func columnOf(root *yaml.Node, line int, msg string) int {
-	want := ""
+// friendly rewrites yaml.v3's decode errors without Go type names.
+func friendly(msg string) string {
 	if sm := unknownField.FindStringSubmatch(msg); sm != nil {
-		want = sm[1]
+		return fmt.Sprintf("unknown key %q", sm[1])
 	}
-	col := 0
+	if sm := cannotDecode.FindStringSubmatch(msg); sm != nil {
+		want := "a mapping"
+		switch t := sm[3]; {
+		case t == "string":
+			want = "a string"
+		case t == "bool":
+			want = "true or false"
+		case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "float"):
+			want = "a number"
+		case strings.HasPrefix(t, "[]"):
+			want = "a list"
+		}
+		got := map[string]string{"seq": "a list", "map": "a mapping", "str": "a string", "int": "a number", "float": "a number", "bool": "a boolean", "null": "null"}[sm[1]]
+		if got == "" {
+			got = sm[1]
+		}
+		if v := strings.Trim(strings.TrimSpace(sm[2]), "`"); v != "" {
+			got += fmt.Sprintf(" (%s)", v)
+		}
+		return fmt.Sprintf("wrong type: want %s, got %s", want, got)
+	}
+	return msg
+}
+
+// indexLines maps each line to the nodes that start on it, in document order.
+func indexLines(root *yaml.Node) map[int][]*yaml.Node {
+	idx := map[int][]*yaml.Node{}
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
-		if n.Line == line && (col == 0 || (want != "" && n.Value == want)) {
-			if want == "" || n.Value == want || col == 0 {
-				col = n.Column
-			}
-		}
+		idx[n.Line] = append(idx[n.Line], n)
 		for _, c := range n.Content {
 			walk(c)
 		}
 	}
 	walk(root)
-	return col
+	return idx
+}
+
+// columnOf finds the column of a decode error on line: the key it names
+// (for an unknown field), else the first node on that line.
+func columnOf(lines map[int][]*yaml.Node, line int, msg string) int {
+	nodes := lines[line]
+	if sm := unknownField.FindStringSubmatch(msg); sm != nil {
+		for _, n := range nodes {
+			if n.Value == sm[1] {
+				return n.Column
+			}
+		}
+	}
+	if sm := cannotDecode.FindStringSubmatch(msg); sm != nil {
+		for _, n := range nodes {
+			if n.Tag == "!!"+sm[1] && !(n.Kind == yaml.MappingNode && n.Line == 1 && n.Column == 1) {
+				return n.Column
+			}
+		}
+	}
+	if len(nodes) > 0 {
+		return nodes[0].Column
+	}
+	return 1
+}
+
+// countDocuments counts the YAML documents in data.
+func countDocuments(data []byte) int {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+var linePrefix = regexp.MustCompile(`^yaml: (line \d+: )?`)
+
+// yamlSyntax is a YAML syntax error without its "yaml: line N:" prefix.
+func yamlSyntax(err error) string {
+	return "YAML syntax: " + linePrefix.ReplaceAllString(err.Error(), "")
 }
 
 func yamlErrLine(err error) int {

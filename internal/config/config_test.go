@@ -91,7 +91,7 @@ policy:
 		t.Errorf("issues are not invalid_config: %v", err)
 	}
 	text := err.Error()
-	for _, want := range []string{"c.yaml:2:1: field bogus not found", "c.yaml:7:5: field colour not found", "undeclared credential", "c.yaml:10:"} {
+	for _, want := range []string{`c.yaml:2:1: unknown key "bogus"`, `c.yaml:7:5: unknown key "colour"`, "undeclared credential", "c.yaml:10:"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("issues lack %q:\n%s", want, text)
 		}
@@ -105,5 +105,24 @@ func TestMalformedYAML(t *testing.T) {
 		if !errors.As(err, &issues) || len(issues) == 0 || issues[0].Pos.Line < 1 {
 			t.Errorf("%q: err = %v", src, err)
 		}
+	}
+}
+
+func TestOneDocumentOnly(t *testing.T) {
+	_, err := Parse("m.yaml", []byte("policy: {default: deny}\n---\npolicy: {default: allow}\n"))
+	if err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestIssuesAreCapped(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 5000; i++ {
+		b.WriteString("k" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "_" + strings.Repeat("y", i/26) + ": 1\n")
+	}
+	_, err := Parse("big.yaml", []byte(b.String()))
+	var issues policy.Issues
+	if !errors.As(err, &issues) || len(issues) != MaxIssues+1 || !strings.Contains(issues[MaxIssues].Message, "more issue") {
+		t.Fatalf("%d issues, last %v", len(issues), issues[len(issues)-1])
 	}
 }
