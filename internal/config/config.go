@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/glob"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -587,6 +588,8 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		n := at("tools", i)
 		if t.Match == "" {
 			add(n, "tools[%d]: match is required", i)
+		} else if err := glob.ValidToolPattern(t.Match); err != nil {
+			add(at("tools", i, "match"), "tools[%d].match: %v", i, err)
 		}
 		if t.SafetyTier != "" && !oneOf(t.SafetyTier, "pure", "read", "write", "exec") {
 			add(at("tools", i, "safety_tier"), "tools[%d].safety_tier %q: want pure, read, write or exec", i, t.SafetyTier)

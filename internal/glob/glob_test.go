@@ -1,6 +1,9 @@
 package glob
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMatch(t *testing.T) {
 	cases := []struct {
@@ -25,6 +28,27 @@ func TestMatch(t *testing.T) {
 	for _, c := range cases {
 		if got := Match(c.pat, c.name); got != c.want {
 			t.Errorf("Match(%q, %q) = %v, want %v", c.pat, c.name, got, c.want)
+		}
+	}
+}
+
+func TestValidToolPattern(t *testing.T) {
+	for _, ok := range []string{"*", "mcp:fs.*", "native:clock.now", "*:fs.*", "x-host-acme-run", "mcp:*", "http:weather"} {
+		if err := ValidToolPattern(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for pat, want := range map[string]string{
+		"fs.write_file":      `did you mean "mcp:fs.write_file"`,
+		"fs__delete":         `did you mean "mcp:fs.delete"`,
+		"MCP:fs.*":           `did you mean "mcp:fs.*"`,
+		"mcp:fs.write_file ": "whitespace",
+		"":                   "empty",
+		"mcp:":               "nothing after",
+	} {
+		err := ValidToolPattern(pat)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", pat, err, want)
 		}
 	}
 }
