@@ -24,11 +24,37 @@ import (
 // surrogates, numbers out of double range; see canonjson.Canonicalize); the
 // message is redacted. Safe for concurrent use.
 func (r *Redactor) ArgsHash(args []byte) (string, error) {
+	h, _, err := r.argsHash(args, false)
+	return h, err
+}
+
+// ArgsHashDecode returns ArgsHash(args) and, from the same single parse,
+// the arguments decoded as they are, unredacted: the hash covers the
+// redacted arguments, obj holds the real values (for a policy to read). obj
+// has the types encoding/json.Unmarshal gives an `any` (nested
+// map[string]any, []any, string, float64, bool, nil; see
+// canonjson.Decode); it is an empty map for nil or empty args, and nil when
+// args is valid JSON but not an object (null, an array, a string...), which
+// the caller must then refuse if it needs an object. The caller owns obj.
+//
+// Errors: those of ArgsHash (*errcode.Error InvalidArgument, message
+// redacted), with an empty hash and a nil obj. Safe for concurrent use.
+func (r *Redactor) ArgsHashDecode(args []byte) (hash string, obj map[string]any, err error) {
+	h, v, err := r.argsHash(args, true)
+	if err != nil {
+		return "", nil, err
+	}
+	obj, _ = v.(map[string]any)
+	return h, obj, nil
+}
+
+// argsHash is ArgsHash, also decoding args (unredacted) when decode is set.
+func (r *Redactor) argsHash(args []byte, decode bool) (string, any, error) {
 	bp := hashBufPool.Get().(*[]byte)
-	buf, err := r.appendRedactedJSON((*bp)[:0], args, true)
+	buf, v, err := r.appendRedacted((*bp)[:0], args, true, decode)
 	if err != nil {
 		hashBufPool.Put(bp)
-		return "", err
+		return "", nil, err
 	}
 	sum := sha256.Sum256(buf)
 	if cap(buf) <= maxPooledHashBuf {
@@ -37,7 +63,7 @@ func (r *Redactor) ArgsHash(args []byte) (string, error) {
 	}
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], sum[:])
-	return string(out[:]), nil
+	return string(out[:]), v, nil
 }
 
 // defaultRedactor has the key-name and shape rules and no secrets.

@@ -3,7 +3,9 @@ package audit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,6 +116,72 @@ func TestArgsHashErrors(t *testing.T) {
 		if h != "" || errcode.CodeOf(err) != errcode.InvalidArgument {
 			t.Errorf("ArgsHash(%q) = %q, %v; want an invalid_argument error", in, h, err)
 		}
+		h, obj, derr := defaultRedactor.ArgsHashDecode([]byte(in))
+		if h != "" || obj != nil || derr == nil || derr.Error() != err.Error() {
+			t.Errorf("ArgsHashDecode(%q) = %q, %v, %v; want ArgsHash's error %v", in, h, obj, derr, err)
+		}
+	}
+}
+
+// checkDecodedArgs checks that obj is what encoding/json decodes from args
+// when they are an object (an empty map for empty args), and nil otherwise.
+func checkDecodedArgs(t *testing.T, args []byte, obj map[string]any) {
+	t.Helper()
+	if len(args) == 0 {
+		if obj == nil || len(obj) != 0 {
+			t.Fatalf("ArgsHashDecode(%q): obj %#v, want an empty map", args, obj)
+		}
+		return
+	}
+	var want any
+	if err := json.Unmarshal(args, &want); err != nil {
+		t.Fatalf("ArgsHashDecode accepted %q, which encoding/json refuses: %v", args, err)
+	}
+	wantObj, isObj := want.(map[string]any)
+	if !isObj {
+		if obj != nil {
+			t.Fatalf("ArgsHashDecode(%q): obj %#v for a non-object", args, obj)
+		}
+		return
+	}
+	if obj == nil || !reflect.DeepEqual(obj, wantObj) {
+		t.Fatalf("ArgsHashDecode(%q): obj %#v, encoding/json gives %#v", args, obj, wantObj)
+	}
+}
+
+// TestArgsHashDecode checks that ArgsHashDecode hashes as ArgsHash does
+// (redacted) while decoding the real, unredacted arguments.
+func TestArgsHashDecode(t *testing.T) {
+	r := NewRedactor()
+	r.AddSecret("db", "S3cr3t-Passw0rd-XYZ")
+	tests := []struct {
+		args string
+		obj  map[string]any
+	}{
+		{`{"q":"openwop"}`, map[string]any{"q": "openwop"}},
+		{``, map[string]any{}},
+		{` { } `, map[string]any{}},
+		{`{"dsn":"postgres://app:S3cr3t-Passw0rd-XYZ@db","n":1.50,"password":{"x":[1,"y"]}}`,
+			map[string]any{"dsn": "postgres://app:S3cr3t-Passw0rd-XYZ@db", "n": 1.5, "password": map[string]any{"x": []any{1.0, "y"}}}},
+		{`{"apiKey":"sk-canary-rfc0064-do-not-leak-xyz789","q":"\u006fpenwop"}`,
+			map[string]any{"apiKey": "sk-canary-rfc0064-do-not-leak-xyz789", "q": "openwop"}},
+		{`null`, nil},
+		{`[1,{"a":2}]`, nil},
+		{`"S3cr3t-Passw0rd-XYZ"`, nil},
+	}
+	for _, tc := range tests {
+		h, obj, err := r.ArgsHashDecode([]byte(tc.args))
+		want, werr := r.ArgsHash([]byte(tc.args))
+		if err != nil || werr != nil || h != want {
+			t.Errorf("ArgsHashDecode(%s) hash %s, %v; ArgsHash %s, %v", tc.args, h, err, want, werr)
+		}
+		if !reflect.DeepEqual(obj, tc.obj) || (obj == nil) != (tc.obj == nil) {
+			t.Errorf("ArgsHashDecode(%s) obj %#v, want %#v", tc.args, obj, tc.obj)
+		}
+	}
+	canary := []byte(`{"apiKey":"sk-canary-rfc0064-do-not-leak-xyz789","q":"openwop"}`)
+	if h, _, _ := defaultRedactor.ArgsHashDecode(canary); h != hashCanary {
+		t.Errorf("canary vector: %s, want %s", h, hashCanary)
 	}
 }
 
@@ -223,6 +291,13 @@ func FuzzArgsHash(f *testing.F) {
 		h2, err2 := r.ArgsHash(data)
 		if h1 != h2 || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("not deterministic: %s %v / %s %v", h1, err1, h2, err2)
+		}
+		h3, obj, err3 := r.ArgsHashDecode(data)
+		if h3 != h1 || (err3 == nil) != (err1 == nil) || (err3 != nil && err3.Error() != err1.Error()) {
+			t.Fatalf("ArgsHashDecode = %s, %v; ArgsHash = %s, %v", h3, err3, h1, err1)
+		}
+		if err3 == nil {
+			checkDecodedArgs(t, data, obj)
 		}
 		out, err := r.RedactJSON(data)
 		if (err == nil) != (err1 == nil) {

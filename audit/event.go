@@ -271,11 +271,140 @@ func NewEvent(runID, typ string, payload any, causationID string, now time.Time)
 	if err := checkEnvelope(runID, typ, causationID, now); err != nil {
 		return nil, err
 	}
-	raw, err := marshalPayload(typ, payload, causationID)
+	// The call pair, built on every call, is encoded without reflection
+	// and stored with its event (boxedEvent).
+	switch p := payload.(type) {
+	case ToolCalled:
+		return newCalledEvent(runID, typ, &p, causationID, now)
+	case *ToolCalled:
+		if p == nil {
+			return nil, nilPayload[ToolCalled]()
+		}
+		return newCalledEvent(runID, typ, p, causationID, now)
+	case ToolReturned:
+		return newReturnedEvent(runID, typ, &p, causationID, now)
+	case *ToolReturned:
+		if p == nil {
+			return nil, nilPayload[ToolReturned]()
+		}
+		return newReturnedEvent(runID, typ, p, causationID, now)
+	}
+	raw, err := marshalPayload(typ, payload)
 	if err != nil {
 		return nil, err
 	}
 	return buildEvent(runID, typ, raw, causationID, now), nil
+}
+
+// NewCalledEvent builds the agent.toolCalled event of c in run runID: it is
+// NewEvent(runID, TypeToolCalled, c, "", now), with the same validation,
+// result and errors (*errcode.Error InvalidArgument; a nil c is one), but c
+// is neither converted to an interface nor retained, so the caller's
+// ToolCalled need not be copied to the heap (the pipeline builds one per
+// call). Safe for concurrent use.
+func NewCalledEvent(runID string, c *ToolCalled, now time.Time) (*Event, error) {
+	if err := checkEnvelope(runID, TypeToolCalled, "", now); err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, nilPayload[ToolCalled]()
+	}
+	return newCalledEvent(runID, TypeToolCalled, c, "", now)
+}
+
+// NewReturnedEvent builds the agent.toolReturned event of r in run runID:
+// it is NewEvent(runID, TypeToolReturned, r, causationID, now), with the
+// same validation, result and errors (*errcode.Error InvalidArgument; a nil
+// r is one; status ok or error needs a causationID), without converting r
+// to an interface or retaining it, like NewCalledEvent. Unlike
+// ReturnedEvent it does not look at the agent.toolCalled event: the caller
+// passes its EventID as causationID (and sets Tenant). Safe for concurrent
+// use.
+func NewReturnedEvent(runID string, r *ToolReturned, causationID string, now time.Time) (*Event, error) {
+	if err := checkEnvelope(runID, TypeToolReturned, causationID, now); err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, nilPayload[ToolReturned]()
+	}
+	return newReturnedEvent(runID, TypeToolReturned, r, causationID, now)
+}
+
+// newCalledEvent is NewEvent for a ToolCalled payload.
+func newCalledEvent(runID, typ string, p *ToolCalled, causationID string, now time.Time) (*Event, error) {
+	if err := payloadFor(TypeToolCalled, typ, p.Validate()); err != nil {
+		return nil, err
+	}
+	var scratch [eventScratch]byte
+	raw, err := p.appendJSON(scratch[:0])
+	if err != nil {
+		return nil, marshalError(err)
+	}
+	return boxedEvent(runID, typ, raw, causationID, now), nil
+}
+
+// newReturnedEvent is NewEvent for a ToolReturned payload.
+func newReturnedEvent(runID, typ string, p *ToolReturned, causationID string, now time.Time) (*Event, error) {
+	err := p.Validate()
+	if err == nil && causationID == "" && (p.status == StatusOK || p.status == StatusError) {
+		err = invalid("causationId", "new event: agent.toolReturned with status %s needs the causationId of its agent.toolCalled", p.status)
+	}
+	if err := payloadFor(TypeToolReturned, typ, err); err != nil {
+		return nil, err
+	}
+	var scratch [eventScratch]byte
+	raw, err := p.appendJSON(scratch[:0])
+	if err != nil {
+		return nil, marshalError(err)
+	}
+	return boxedEvent(runID, typ, raw, causationID, now), nil
+}
+
+// eventScratch is the size of the stack buffer the call pair's payloads
+// are encoded into before boxedEvent copies them.
+const eventScratch = 512
+
+// boxedEvent returns a new event (see buildEvent) around a copy of the JSON
+// payload raw. A payload of up to 336 bytes (the call pair's are about 130
+// to 250) shares one allocation with the Event, sized to a malloc size
+// class (the Event is 144 bytes: 320, 384 or 480 bytes in all).
+func boxedEvent(runID, typ string, raw []byte, causationID string, now time.Time) *Event {
+	var (
+		ev      *Event
+		payload []byte
+	)
+	switch n := len(raw); {
+	case n <= 176:
+		b := new(struct {
+			ev  Event
+			buf [176]byte
+		})
+		ev, payload = &b.ev, b.buf[:n:n]
+	case n <= 240:
+		b := new(struct {
+			ev  Event
+			buf [240]byte
+		})
+		ev, payload = &b.ev, b.buf[:n:n]
+	case n <= 336:
+		b := new(struct {
+			ev  Event
+			buf [336]byte
+		})
+		ev, payload = &b.ev, b.buf[:n:n]
+	default:
+		ev, payload = new(Event), make([]byte, n)
+	}
+	copy(payload, raw)
+	*ev = Event{
+		EventID:     NewEventID(),
+		RunID:       runID,
+		Type:        typ,
+		Payload:     payload,
+		Timestamp:   now.UTC().Truncate(time.Millisecond),
+		CausationID: causationID,
+	}
+	return ev
 }
 
 // checkEnvelope checks NewEvent's envelope arguments.
@@ -309,9 +438,12 @@ func buildEvent(runID, typ string, raw json.RawMessage, causationID string, now 
 	}
 }
 
-// marshalPayload validates toolgate's payload types against typ and returns
-// the JSON of payload.
-func marshalPayload(typ string, payload any, causationID string) (json.RawMessage, error) {
+// marshalPayload validates toolgate's session payload types against typ and
+// returns the JSON of payload. NewEvent handles ToolCalled and ToolReturned
+// itself: toolgate's own encoders produce compact, valid JSON, so it calls
+// them directly, skipping the re-scan json.Marshal does on a MarshalJSON
+// result.
+func marshalPayload(typ string, payload any) (json.RawMessage, error) {
 	payload, err := derefPayload(payload)
 	if err != nil {
 		return nil, err
@@ -322,22 +454,6 @@ func marshalPayload(typ string, payload any, causationID string) (json.RawMessag
 		return compactJSON(p)
 	case []byte:
 		return compactJSON(p)
-	case ToolCalled:
-		if err := payloadFor(TypeToolCalled, typ, p.Validate()); err != nil {
-			return nil, err
-		}
-		// toolgate's own encoders produce compact, valid JSON: calling them
-		// directly skips the re-scan json.Marshal does on a MarshalJSON result.
-		raw, err = p.MarshalJSON()
-	case ToolReturned:
-		verr := p.Validate()
-		if verr == nil && causationID == "" && (p.status == StatusOK || p.status == StatusError) {
-			verr = invalid("causationId", "new event: agent.toolReturned with status %s needs the causationId of its agent.toolCalled", p.status)
-		}
-		if err := payloadFor(TypeToolReturned, typ, verr); err != nil {
-			return nil, err
-		}
-		raw, err = p.MarshalJSON()
 	case SessionOpened:
 		if err := payloadFor(TypeSessionOpened, typ, p.Validate()); err != nil {
 			return nil, err
@@ -352,13 +468,20 @@ func marshalPayload(typ string, payload any, causationID string) (json.RawMessag
 		raw, err = json.Marshal(payload)
 	}
 	if err != nil {
-		if e := errcode.As(err); e != nil {
-			return nil, e
-		}
-		return nil, errcode.Wrap(errcode.InvalidArgument, err, "new event: marshal payload").
-			WithDetails(map[string]any{"field": "payload"})
+		return nil, marshalError(err)
 	}
 	return raw, nil
+}
+
+// marshalError is the error NewEvent returns when its payload does not
+// marshal: an *errcode.Error as it is, anything else wrapped as
+// InvalidArgument with details.field "payload".
+func marshalError(err error) error {
+	if e := errcode.As(err); e != nil {
+		return e
+	}
+	return errcode.Wrap(errcode.InvalidArgument, err, "new event: marshal payload").
+		WithDetails(map[string]any{"field": "payload"})
 }
 
 // payloadFor returns an error if a payload for event type want is used for
@@ -370,14 +493,10 @@ func payloadFor(want, typ string, validateErr error) error {
 	return validateErr
 }
 
-// derefPayload replaces a pointer to one of toolgate's payload types by the
-// value it points to; a nil one is an InvalidArgument error.
+// derefPayload replaces a pointer to one of toolgate's session payload types
+// by the value it points to; a nil one is an InvalidArgument error.
 func derefPayload(payload any) (any, error) {
 	switch p := payload.(type) {
-	case *ToolCalled:
-		return deref(p)
-	case *ToolReturned:
-		return deref(p)
 	case *SessionOpened:
 		return deref(p)
 	case *SessionClosed:
@@ -390,9 +509,16 @@ func derefPayload(payload any) (any, error) {
 // is nil.
 func deref[T any](p *T) (any, error) {
 	if p == nil {
-		return nil, invalid("payload", "new event: payload is a nil %T", p)
+		return nil, nilPayload[T]()
 	}
 	return *p, nil
+}
+
+// nilPayload is the InvalidArgument error for a nil *T payload. It takes
+// no pointer, so that its callers' payloads do not escape.
+func nilPayload[T any]() error {
+	var p *T
+	return invalid("payload", "new event: payload is a nil %T", p)
 }
 
 // compactJSON checks that raw is JSON text and returns a compacted copy.
@@ -441,11 +567,15 @@ func ReturnedEvent(called *Event, r ToolReturned, now time.Time) (*Event, error)
 	if err := checkEnvelope(called.RunID, TypeToolReturned, called.EventID, now); err != nil {
 		return nil, err
 	}
-	raw, err := r.MarshalJSON() // validates r
-	if err != nil {
+	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	ev := buildEvent(called.RunID, TypeToolReturned, raw, called.EventID, now)
+	var scratch [eventScratch]byte
+	raw, err := r.appendJSON(scratch[:0])
+	if err != nil { // error.details does not marshal
+		return nil, err
+	}
+	ev := boxedEvent(called.RunID, TypeToolReturned, raw, called.EventID, now)
 	ev.Tenant = called.Tenant
 	return ev, nil
 }
@@ -610,6 +740,9 @@ func skipValue(p []byte, i int) int {
 // prefixes openwop, core, community, vendor, private, local. Allocation-free;
 // safe for concurrent use.
 func ValidEventType(typ string) bool {
+	if typ == TypeToolCalled || typ == TypeToolReturned {
+		return true // the pair written on every call
+	}
 	if _, ok := knownTypes[typ]; ok {
 		return true
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -454,5 +455,104 @@ func TestEventValidate(t *testing.T) {
 		if f := errcode.As(err).Details["field"]; f != name {
 			t.Errorf("%s: details.field = %v", name, f)
 		}
+	}
+}
+
+// TestNewCalledEvent checks that NewCalledEvent is NewEvent for a
+// *ToolCalled: same event (but its fresh id), same errors.
+func TestNewCalledEvent(t *testing.T) {
+	valid := audit.NewToolCalled(testRef, testHash, "alice", audit.TransportMCP)
+	withInputs := valid
+	withInputs.Inputs = json.RawMessage(` {"q" : "<b>"} `)
+	withInputs.ParentCallID = "call-0"
+	badHash := valid
+	badHash.ArgsHash = "x"
+	badInputs := valid
+	badInputs.Inputs = json.RawMessage(`{"a":`)
+	for _, tc := range []struct {
+		name  string
+		runID string
+		c     *audit.ToolCalled
+		now   time.Time
+	}{
+		{"valid", "run", &valid, testNow},
+		{"inputs", "run", &withInputs, testNow},
+		{"bad hash", "run", &badHash, testNow},
+		{"bad inputs", "run", &badInputs, testNow},
+		{"nil", "run", nil, testNow},
+		{"empty runId", "", &valid, testNow},
+		{"zero now", "run", &valid, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, gerr := audit.NewCalledEvent(tc.runID, tc.c, tc.now)
+			want, werr := audit.NewEvent(tc.runID, audit.TypeToolCalled, tc.c, "", tc.now)
+			if (gerr == nil) != (werr == nil) || (gerr != nil && (gerr.Error() != werr.Error() ||
+				errcode.As(gerr).Details["field"] != errcode.As(werr).Details["field"])) {
+				t.Fatalf("NewCalledEvent error %v, NewEvent error %v", gerr, werr)
+			}
+			if gerr != nil {
+				if got != nil {
+					t.Fatalf("event %+v with error %v", got, gerr)
+				}
+				return
+			}
+			if got.EventID == want.EventID || !strings.HasPrefix(got.EventID, "ev_") {
+				t.Errorf("event ids %s, %s", got.EventID, want.EventID)
+			}
+			got.EventID = want.EventID
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("NewCalledEvent = %+v\nNewEvent       = %+v", got, want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestNewReturnedEvent checks that NewReturnedEvent is NewEvent for a
+// *ToolReturned: same event (but its fresh id), same errors.
+func TestNewReturnedEvent(t *testing.T) {
+	ok := audit.ReturnedOK(testRef, json.RawMessage(`{"n": 1}`), 3*time.Millisecond)
+	failed := must[audit.ToolReturned](t)(audit.ReturnedError(testRef, audit.ErrorObject{Code: "timeout", Message: "slow",
+		Details: map[string]any{"after": "60s"}}, time.Second, true))
+	refused := must[audit.ToolReturned](t)(audit.ReturnedRefused(testRef, audit.StatusForbidden, audit.ErrorObject{Message: "no"}))
+	badRef := audit.ReturnedOK(audit.CallRef{AgentID: "ab", ToolName: "t", CallID: "c"}, nil, 0)
+	var zero audit.ToolReturned
+	for _, tc := range []struct {
+		name      string
+		runID     string
+		r         *audit.ToolReturned
+		causation string
+		now       time.Time
+	}{
+		{"ok", "run", &ok, "ev_1", testNow},
+		{"error", "run", &failed, "ev_1", testNow},
+		{"refused, no causation", "run", &refused, "", testNow},
+		{"ok without causation", "run", &ok, "", testNow},
+		{"invalid ref", "run", &badRef, "ev_1", testNow},
+		{"zero", "run", &zero, "ev_1", testNow},
+		{"nil", "run", nil, "ev_1", testNow},
+		{"long causation", "run", &ok, strings.Repeat("c", 129), testNow},
+		{"zero now", "run", &ok, "ev_1", time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, gerr := audit.NewReturnedEvent(tc.runID, tc.r, tc.causation, tc.now)
+			want, werr := audit.NewEvent(tc.runID, audit.TypeToolReturned, tc.r, tc.causation, tc.now)
+			if (gerr == nil) != (werr == nil) || (gerr != nil && (gerr.Error() != werr.Error() ||
+				errcode.As(gerr).Details["field"] != errcode.As(werr).Details["field"])) {
+				t.Fatalf("NewReturnedEvent error %v, NewEvent error %v", gerr, werr)
+			}
+			if gerr != nil {
+				if got != nil {
+					t.Fatalf("event %+v with error %v", got, gerr)
+				}
+				return
+			}
+			got.EventID = want.EventID
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("NewReturnedEvent = %+v\nNewEvent         = %+v", got, want)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 
 	"github.com/toolgate/toolgate/errcode"
@@ -60,9 +61,17 @@ type runKey struct{ tenant, runID string }
 // empty and ready to use. All methods are safe for concurrent use.
 type MemoryLog struct {
 	mu     sync.RWMutex
-	events []*Event            // immutable copies, in append order
-	runs   map[runKey][]int    // indices into events, by sequence
-	ids    map[string]struct{} // every EventID appended
+	events []*Event          // immutable copies, in append order
+	runs   map[runKey]*[]int // indices into events, by sequence
+	last   runKey            // the run of the last event appended
+	lastIx *[]int            // its runs entry (the call pair shares a run)
+	ids    idIndex           // every EventID appended
+
+	// The copies are carved out of blocks, so that appending costs no
+	// allocation in the steady state: slab holds Events, arena Payload bytes
+	// (each copy's capacity is capped at its length, so no two overlap).
+	slab  []Event
+	arena []byte
 }
 
 // NewMemoryLog returns an empty MemoryLog.
@@ -95,26 +104,145 @@ func (m *MemoryLog) Append(ctx context.Context, events ...*Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, ev := range events {
-		if _, dup := m.ids[ev.EventID]; dup {
+		if m.ids.has(ev.EventID, m.events) {
 			return errcode.Errorf(errcode.Conflict, "append events: eventId %q is already in the log", ev.EventID).
 				WithDetails(map[string]any{"field": "eventId", "index": i})
 		}
 	}
 	if m.runs == nil {
-		m.runs = make(map[runKey][]int)
-		m.ids = make(map[string]struct{})
+		m.runs = make(map[runKey]*[]int)
 	}
 	// Nothing can fail from here on: the batch is committed as a whole.
 	for _, ev := range events {
 		key := runKey{ev.Tenant, ev.RunID}
-		idx := m.runs[key]
-		ev.Sequence = int64(len(idx))
-		stored := copyEvent(ev)
-		m.runs[key] = append(idx, len(m.events))
+		idx := m.lastIx
+		if idx == nil || key != m.last {
+			if idx = m.runs[key]; idx == nil {
+				idx = new([]int)
+				m.runs[key] = idx
+			}
+			m.last, m.lastIx = key, idx
+		}
+		ev.Sequence = int64(len(*idx))
+		stored := m.store(ev)
+		*idx = append(*idx, len(m.events))
+		m.ids.add(ev.EventID, len(m.events))
 		m.events = append(m.events, stored)
-		m.ids[ev.EventID] = struct{}{}
 	}
 	return nil
+}
+
+// Block sizes of MemoryLog's slab (in events, doubling from the first) and
+// arena (in bytes). A payload larger than maxArenaPayload gets its own copy.
+const (
+	firstSlabEvents = 8
+	maxSlabEvents   = 256
+	arenaBlockBytes = 16 << 10
+	maxArenaPayload = arenaBlockBytes / 8
+)
+
+// store returns a copy of *ev, with its own copy of the Payload bytes,
+// carved out of m's blocks. m.mu is held.
+func (m *MemoryLog) store(ev *Event) *Event {
+	if len(m.slab) == cap(m.slab) {
+		n := min(max(2*cap(m.slab), firstSlabEvents), maxSlabEvents)
+		m.slab = make([]Event, 0, n)
+	}
+	m.slab = append(m.slab, *ev)
+	cp := &m.slab[len(m.slab)-1]
+	cp.Payload = m.copyPayload(ev.Payload)
+	return cp
+}
+
+// copyPayload returns a copy of p whose capacity is its length.
+func (m *MemoryLog) copyPayload(p []byte) []byte {
+	if p == nil {
+		return nil
+	}
+	if len(p) > maxArenaPayload {
+		return bytes.Clone(p)
+	}
+	if cap(m.arena)-len(m.arena) < len(p) {
+		m.arena = make([]byte, 0, arenaBlockBytes)
+	}
+	start := len(m.arena)
+	m.arena = append(m.arena, p...)
+	return m.arena[start:len(m.arena):len(m.arena)]
+}
+
+// idIndex is the set of the EventIDs of a MemoryLog's events: an
+// open-addressing hash table (linear probing, at most half full) of the
+// ids' 64-bit hashes (hash/maphash, randomly seeded), each with the index of
+// its event, against whose EventID a matching hash is confirmed. A lookup
+// of an absent id, the common case, reads only the hash array, and growing
+// moves hashes without rehashing ids. The zero value is empty.
+type idIndex struct {
+	seed   maphash.Seed
+	hashes []uint64 // 0: empty slot
+	events []int    // the event index of each used slot
+	n      int      // used slots
+}
+
+// hash returns the hash of id, never 0 (the empty slot).
+func (x *idIndex) hash(id string) uint64 {
+	if h := maphash.String(x.seed, id); h != 0 {
+		return h
+	}
+	return 1
+}
+
+// has reports whether an event of events has EventID id.
+func (x *idIndex) has(id string, events []*Event) bool {
+	if x.n == 0 {
+		return false
+	}
+	h := x.hash(id)
+	mask := len(x.hashes) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		switch x.hashes[i] {
+		case 0:
+			return false
+		case h:
+			if events[x.events[i]].EventID == id {
+				return true
+			}
+		}
+	}
+}
+
+// add records id as the EventID of event index i; id must be absent.
+func (x *idIndex) add(id string, i int) {
+	if len(x.hashes) == 0 {
+		x.seed = maphash.MakeSeed()
+	}
+	if 2*(x.n+1) > len(x.hashes) {
+		x.grow()
+	}
+	x.put(x.hash(id), i)
+	x.n++
+}
+
+// put stores hash h with event index i in the first empty slot of its probe
+// sequence.
+func (x *idIndex) put(h uint64, i int) {
+	mask := len(x.hashes) - 1
+	j := int(h) & mask
+	for x.hashes[j] != 0 {
+		j = (j + 1) & mask
+	}
+	x.hashes[j], x.events[j] = h, i
+}
+
+// grow doubles the table (64 slots at first).
+func (x *idIndex) grow() {
+	oldH, oldE := x.hashes, x.events
+	n := max(64, 2*len(oldH))
+	x.hashes, x.events = make([]uint64, n), make([]int, n)
+	for j, h := range oldH {
+		if h != 0 {
+			x.put(h, oldE[j])
+		}
+	}
 }
 
 // duplicateInBatch returns a Conflict error if two events share an EventID.
@@ -161,10 +289,11 @@ func contextError(err error) error {
 func (m *MemoryLog) Events(tenant, runID string) []Event {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	idx := m.runs[runKey{tenant, runID}]
-	if len(idx) == 0 {
+	p := m.runs[runKey{tenant, runID}]
+	if p == nil || len(*p) == 0 {
 		return nil
 	}
+	idx := *p
 	out := make([]Event, len(idx))
 	for i, j := range idx {
 		out[i] = *copyEvent(m.events[j])

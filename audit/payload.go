@@ -249,7 +249,11 @@ func (c ToolCalled) Validate() error {
 // Validate); it fails with *errcode.Error InvalidArgument if Inputs is set
 // and is not valid JSON.
 func (c ToolCalled) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 192+len(c.Inputs))
+	return c.appendJSON(make([]byte, 0, 192+len(c.Inputs)))
+}
+
+// appendJSON appends the JSON of c (MarshalJSON) to b.
+func (c *ToolCalled) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"agentId":`...)
 	b = appendJSONString(b, c.AgentID)
 	b = append(b, `,"toolName":`...)
@@ -505,7 +509,11 @@ func (r ToolReturned) MarshalJSON() ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 160+len(r.outcome))
+	return r.appendJSON(make([]byte, 0, 160+len(r.outcome)))
+}
+
+// appendJSON appends the JSON of r (MarshalJSON), which must be valid, to b.
+func (r *ToolReturned) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"agentId":`...)
 	b = appendJSONString(b, r.ref.AgentID)
 	b = append(b, `,"toolName":`...)
@@ -565,8 +573,17 @@ func (e *ErrorObject) appendJSON(b []byte) ([]byte, error) {
 func appendJSONString(b []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
+	// Fast path: ids, hashes and names are plain ASCII, written as they are.
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
@@ -612,6 +629,15 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// jsonPlain marks the bytes appendJSONString writes as they are: printable
+// ASCII (and DEL) except '"', '\\', '<', '>' and '&'.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendRawJSON appends the JSON text raw compacted, with '<' '>' '&'
 // U+2028 U+2029 escaped, as encoding/json encodes a json.RawMessage. It

@@ -140,23 +140,43 @@ func (r *Redactor) RedactJSON(data []byte) ([]byte, error) {
 // appendRedactedJSON appends the redacted canonical form of data to dst.
 // Empty data is "{}"; with nullAsEmpty, so is null.
 func (r *Redactor) appendRedactedJSON(dst, data []byte, nullAsEmpty bool) ([]byte, error) {
+	out, _, err := r.appendRedacted(dst, data, nullAsEmpty, false)
+	return out, err
+}
+
+// appendRedacted is appendRedactedJSON that, with decode, also returns the
+// value of data as written (canonjson.Decode; an empty map for empty data).
+func (r *Redactor) appendRedacted(dst, data []byte, nullAsEmpty, decode bool) ([]byte, any, error) {
 	if len(data) == 0 {
-		return append(dst, "{}"...), nil
+		var v any
+		if decode {
+			v = map[string]any{}
+		}
+		return append(dst, "{}"...), v, nil
 	}
 	sn := r.snapshot()
 	start := len(dst)
-	out, err := sn.transformer.Append(dst, data)
+	var (
+		out []byte
+		v   any
+		err error
+	)
+	if decode {
+		out, v, err = sn.transformer.AppendDecode(dst, data)
+	} else {
+		out, err = sn.transformer.Append(dst, data)
+	}
 	if err != nil {
 		msg := err.Error()
 		if e := errcode.As(err); e != nil {
 			msg = e.Message
 		}
-		return dst, errcode.New(errcode.InvalidArgument, string(sn.redactText([]byte(msg))))
+		return dst, nil, errcode.New(errcode.InvalidArgument, string(sn.redactText([]byte(msg))))
 	}
 	if nullAsEmpty && string(out[start:]) == "null" {
 		out = append(out[:start], "{}"...)
 	}
-	return out, nil
+	return out, v, nil
 }
 
 func (r *Redactor) snapshot() *redactSnapshot {

@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"crypto/sha256"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -136,7 +137,12 @@ func (c *Chain) AppendWith(r *Receipt, commit func(*Receipt) error) error {
 	defer c.bufs.Put(bp)
 	var off offsets
 	body := appendReceipt((*bp)[:0], r, false, &off) // seq and prevHash are placeholders
-	msg := make([]byte, 0, len(body)+20)
+	// The hashed message (body with the real seq) is built right after the
+	// body in the same scratch buffer.
+	if need := 2*len(body) + 20; cap(body) < need {
+		body = slices.Grow(body, need-len(body))
+	}
+	msg := body[len(body):len(body)]
 	*bp = body
 
 	c.mu.Lock()

@@ -25,8 +25,20 @@ const timeLayout = "2006-01-02T15:04:05.000Z"
 // as-is. s must be valid UTF-8.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
+	// Fast path: ids and hashes need no escaping.
+	i := 0
+	for i+8 <= len(s) && !hasEscapeByte(load64(s, i)) {
+		i += 8
+	}
+	for i < len(s) && !needsEscape[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for ; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
@@ -54,11 +66,67 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// needsEscape marks the bytes appendString escapes: control characters,
+// '"' and '\\'.
+var needsEscape = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
+// load64 returns the 8 bytes s[i:i+8] as a little-endian word.
+func load64(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// hasEscapeByte reports whether any of the 8 bytes in w is one appendString
+// escapes (needsEscape), with the exact "has a byte less than n" and "has a
+// zero byte" word tricks.
+func hasEscapeByte(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	less20 := (w - 0x20*ones) &^ w
+	quote := w ^ '"'*ones
+	backslash := w ^ '\\'*ones
+	return (less20|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0
+}
+
 func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
-	b = msTime(t).AppendFormat(b, timeLayout)
-	return append(b, '"')
+	t = msTime(t)
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 { // not encodable (checkEncodable); as time formats it
+		b = t.AppendFormat(b, timeLayout)
+		return append(b, '"')
+	}
+	hour, minute, sec := t.Clock()
+	// timeLayout, written directly: AppendFormat interprets the layout on
+	// every call.
+	b = append4(b, year)
+	b = append(b, '-')
+	b = append2(b, int(month))
+	b = append(b, '-')
+	b = append2(b, day)
+	b = append(b, 'T')
+	b = append2(b, hour)
+	b = append(b, ':')
+	b = append2(b, minute)
+	b = append(b, ':')
+	b = append2(b, sec)
+	b = append(b, '.')
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	return append(b, 'Z', '"')
 }
+
+// append2 appends 0 <= v < 100 as two digits.
+func append2(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
+
+// append4 appends 0 <= v < 10000 as four digits.
+func append4(b []byte, v int) []byte { return append2(append2(b, v/100), v%100) }
 
 func appendHex(b []byte, p []byte) []byte {
 	for _, c := range p {

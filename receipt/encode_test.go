@@ -183,3 +183,58 @@ func TestAppendPlaceholders(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendTime checks the hand-written timestamp encoder against
+// time.Time.AppendFormat.
+func TestAppendTime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	times := []time.Time{
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2026, 11, 29, 15, 4, 5, 123456789, time.FixedZone("x", -7*3600)), time.Unix(0, 0),
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	for range 10000 {
+		times = append(times, time.Unix(rng.Int64N(253402300800), rng.Int64N(1e9)))
+	}
+	for _, tm := range times {
+		want := `"` + tm.UTC().Truncate(time.Millisecond).Format(timeLayout) + `"`
+		if got := string(appendTime(nil, tm)); got != want {
+			t.Fatalf("appendTime(%v) = %s, want %s", tm, got, want)
+		}
+	}
+}
+
+// TestHasEscapeByte checks the word test against the byte table: every
+// byte value in every position of a plain word, and random words.
+func TestHasEscapeByte(t *testing.T) {
+	want := func(w uint64) bool {
+		for i := 0; i < 8; i++ {
+			if needsEscape[byte(w>>(8*i))] {
+				return true
+			}
+		}
+		return false
+	}
+	const plain = 0x6161616161616161 // "aaaaaaaa"
+	for pos := 0; pos < 8; pos++ {
+		for c := 0; c < 256; c++ {
+			for _, base := range []uint64{plain, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020} {
+				w := base&^(0xff<<(8*pos)) | uint64(c)<<(8*pos)
+				if got := hasEscapeByte(w); got != want(w) {
+					t.Fatalf("hasEscapeByte(%016x) = %v", w, got)
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 1_000_000 {
+		w := rng.Uint64()
+		if got := hasEscapeByte(w); got != want(w) {
+			t.Fatalf("hasEscapeByte(%016x) = %v", w, got)
+		}
+	}
+	s := "0123456789abcdef\x00x"
+	if load64(s, 8) != 0x6665646362613938 {
+		t.Fatalf("load64 = %x", load64(s, 8))
+	}
+}

@@ -274,13 +274,20 @@ func isHex64(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if !lowerHex[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// lowerHex marks the lowercase hex digits 0-9 a-f.
+var lowerHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
 
 // msTime returns t in UTC truncated to the millisecond.
 func msTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }

@@ -13,6 +13,11 @@
 // A Transformer rewrites a document while it is canonicalized; the audit
 // package uses it to redact secrets before hashing, without building a tree.
 //
+// Decode parses the same strict JSON into Go values (the ones
+// encoding/json gives an `any`), and Transformer.AppendDecode canonicalizes
+// and decodes in one pass, so that a caller who needs both the hash of the
+// redacted arguments and their real values parses them once.
+//
 // Everything in the package is safe for concurrent use.
 package canonjson
 
@@ -86,15 +91,19 @@ func (t *Transformer) Append(dst, data []byte) ([]byte, error) {
 	p.reset(data, t)
 	err := p.document()
 	if err == nil {
-		dst = slices.Grow(dst, len(p.buf)) // the canonical form is exactly len(p.buf) bytes
-		if p.reorder {
-			dst = p.emit(dst, 0, len(p.buf), 0)
-		} else {
-			dst = append(dst, p.buf...)
-		}
+		dst = p.appendCanonical(dst)
 	}
 	p.release()
 	return dst, err
+}
+
+// appendCanonical appends the canonical form of the parsed document to dst.
+func (p *parser) appendCanonical(dst []byte) []byte {
+	dst = slices.Grow(dst, len(p.buf)) // the canonical form is exactly len(p.buf) bytes
+	if p.reorder {
+		return p.emit(dst, 0, len(p.buf), 0)
+	}
+	return append(dst, p.buf...)
 }
 
 // parserPool recycles parser scratch memory between calls.
@@ -125,6 +134,12 @@ type parser struct {
 	order   []int32  // scratch for sorting one object's members
 	members []member // members of finished objects, each object's sorted
 	objs    []object // objects in order of their '{'
+
+	// Decoding (Decode, AppendDecode) builds each value when it ends.
+	decode bool
+	text   string   // string(data), made on first use; unescaped strings are its substrings
+	vals   []any    // finished values: elements and member values of open containers
+	vkeys  []string // keys of the members of the open objects
 }
 
 // member is one object member: its key and where "key":value sits in buf.
@@ -145,16 +160,19 @@ type object struct {
 
 func (p *parser) reset(data []byte, t *Transformer) {
 	p.data, p.pos, p.t = data, 0, t
-	p.depth, p.skip, p.reorder = 0, 0, false
+	p.depth, p.skip, p.reorder, p.decode = 0, 0, false, false
 	if t != nil && t.ReplaceValue == nil && t.Rewrite == nil {
 		p.t = nil
 	}
 }
 
 func (p *parser) release() {
-	p.data, p.t = nil, nil
+	p.data, p.t, p.text = nil, nil, ""
+	clear(p.vals) // drop references to decoded values (left over on error)
+	clear(p.vkeys)
+	p.vals, p.vkeys = p.vals[:0], p.vkeys[:0]
 	if cap(p.buf)+cap(p.keys)+cap(p.str) > maxPooledBytes ||
-		cap(p.stack)+cap(p.members)+cap(p.objs)+cap(p.order) > maxPooledBytes/32 {
+		cap(p.stack)+cap(p.members)+cap(p.objs)+cap(p.order)+cap(p.vals)+cap(p.vkeys) > maxPooledBytes/32 {
 		return // let the GC have it
 	}
 	p.buf, p.keys, p.str = p.buf[:0], p.keys[:0], p.str[:0]

@@ -1,6 +1,7 @@
 package canonjson
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -45,6 +46,46 @@ func BenchmarkJCSLibTransform300B(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := jcs.Transform(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecode300B decodes into Go values, as encoding/json.Unmarshal
+// into an `any` does (BenchmarkUnmarshalAny300B).
+func BenchmarkDecode300B(b *testing.B) {
+	data := []byte(args300B)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppendDecode300B canonicalizes and decodes in one pass.
+func BenchmarkAppendDecode300B(b *testing.B) {
+	data := []byte(args300B)
+	var t Transformer
+	dst := make([]byte, 0, 512)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if dst, _, err = t.AppendDecode(dst[:0], data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnmarshalAny300B(b *testing.B) {
+	data := []byte(args300B)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -55,18 +55,22 @@ func (p *parser) value() error {
 	case '[':
 		return p.array()
 	case '"':
+		start := p.pos + 1
 		s, verbatim, err := p.readString()
 		if err != nil {
 			return err
 		}
+		if p.decode {
+			p.vals = append(p.vals, p.decodedString(start, s, verbatim))
+		}
 		p.emitString(s, verbatim)
 		return nil
 	case 't':
-		return p.literal("true")
+		return p.literal("true", true)
 	case 'f':
-		return p.literal("false")
+		return p.literal("false", false)
 	case 'n':
-		return p.literal("null")
+		return p.literal("null", nil)
 	default:
 		if c == '-' || (c >= '0' && c <= '9') {
 			return p.number()
@@ -75,12 +79,16 @@ func (p *parser) value() error {
 	}
 }
 
-func (p *parser) literal(lit string) error {
+// literal parses the literal lit, whose decoded value is v.
+func (p *parser) literal(lit string, v any) error {
 	if len(p.data)-p.pos < len(lit) || string(p.data[p.pos:p.pos+len(lit)]) != lit {
 		return p.errorf(p.pos, "invalid literal, expected %s", lit)
 	}
 	p.pos += len(lit)
 	p.buf = append(p.buf, lit...)
+	if p.decode {
+		p.vals = append(p.vals, v)
+	}
 	return nil
 }
 
@@ -96,6 +104,7 @@ func (p *parser) array() error {
 	if err := p.enter(); err != nil {
 		return err
 	}
+	vbase := len(p.vals)
 	p.buf = append(p.buf, '[')
 	p.pos++
 	p.skipSpace()
@@ -103,6 +112,9 @@ func (p *parser) array() error {
 		p.pos++
 		p.buf = append(p.buf, ']')
 		p.depth--
+		if p.decode {
+			p.decodeArray(vbase)
+		}
 		return nil
 	}
 	for {
@@ -122,6 +134,9 @@ func (p *parser) array() error {
 			p.pos++
 			p.buf = append(p.buf, ']')
 			p.depth--
+			if p.decode {
+				p.decodeArray(vbase)
+			}
 			return nil
 		default:
 			return p.unexpected("',' or ']'")
@@ -135,7 +150,7 @@ func (p *parser) object() error {
 	}
 	oi := len(p.objs)
 	p.objs = append(p.objs, object{start: len(p.buf)})
-	base := len(p.stack)
+	base, vbase := len(p.stack), len(p.vals)
 	p.buf = append(p.buf, '{')
 	p.pos++
 	p.skipSpace()
@@ -143,7 +158,7 @@ func (p *parser) object() error {
 		p.pos++
 		p.buf = append(p.buf, '}')
 		p.depth--
-		return p.closeObject(oi, base)
+		return p.finishObject(oi, base, vbase)
 	}
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
@@ -165,7 +180,7 @@ func (p *parser) object() error {
 			p.pos++
 			p.buf = append(p.buf, '}')
 			p.depth--
-			return p.closeObject(oi, base)
+			return p.finishObject(oi, base, vbase)
 		default:
 			return p.unexpected("',' or '}'")
 		}
@@ -179,6 +194,9 @@ func (p *parser) member() error {
 	k, verbatim, err := p.readString()
 	if err != nil {
 		return err
+	}
+	if p.decode {
+		p.vkeys = append(p.vkeys, p.decodedString(m.off+1, k, verbatim))
 	}
 	m.key0 = len(p.keys)
 	p.keys = append(p.keys, k...)
@@ -459,6 +477,9 @@ func (p *parser) number() error {
 	// Integers of up to 15 digits are exact doubles below 1e21, so their
 	// ES6 form is their own digits; only -0 changes.
 	if i == intEnd && i-start <= 15 {
+		if p.decode {
+			p.vals = append(p.vals, smallInt(lit))
+		}
 		if len(lit) == 2 && lit[0] == '-' && lit[1] == '0' {
 			lit = lit[1:]
 		}
@@ -466,12 +487,20 @@ func (p *parser) number() error {
 		return nil
 	}
 	if plainDecimal(lit, intEnd-start, fracEnd-start) {
+		if p.decode {
+			// At most 15 significant digits and no exponent: in range.
+			f, _ := strconv.ParseFloat(string(lit), 64)
+			p.vals = append(p.vals, f)
+		}
 		p.buf = append(p.buf, lit...)
 		return nil
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil { // only ErrRange is possible after the grammar check
 		return p.errorf(start, "number %s out of range", quoteForError(lit))
+	}
+	if p.decode {
+		p.vals = append(p.vals, f)
 	}
 	p.buf, _ = AppendNumber(p.buf, f) // f is finite here
 	return nil

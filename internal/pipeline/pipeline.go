@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -246,11 +247,16 @@ func noPolicy() policy.Decision {
 	return policy.Decision{Effect: policy.EffectDeny, Layer: "no-policy", Reason: "no policy is loaded: every call is denied (fail closed)"}
 }
 
+// newID returns prefix (at most 8 bytes) followed by 32 lowercase hex
+// digits of randomness.
 func newID(prefix string) string {
 	var b [16]byte
 	putUint64(b[:8], rand.Uint64())
 	putUint64(b[8:], rand.Uint64())
-	return prefix + hex.EncodeToString(b[:])
+	var out [8 + 32]byte
+	n := copy(out[:8], prefix)
+	hex.Encode(out[n:], b[:])
+	return string(out[:n+32])
 }
 
 func putUint64(b []byte, v uint64) {
@@ -274,9 +280,43 @@ func decodeArgs(args json.RawMessage) (map[string]any, error) {
 	return m, nil
 }
 
-// callState carries one call through the stages.
+// isObject reports whether valid JSON text is an object.
+func isObject(data []byte) bool {
+	for _, b := range data {
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b == '{'
+	}
+	return false
+}
+
+// frame is the memory a call needs beyond its stack, in one allocation: the
+// Result handed back to the caller and the batch the stages pass to
+// Events.Append (cleared after each Append: the Log keeps no reference, and
+// the Result must not keep the events alive).
+type frame struct {
+	res    Result
+	events [2]*audit.Event
+}
+
+// appendEvents appends the events of f.events[:n] to the audit log.
+func (p *Pipeline) appendEvents(ctx context.Context, f *frame, n int) error {
+	err := p.opts.Events.Append(ctx, f.events[:n]...)
+	f.events = [2]*audit.Event{}
+	return err
+}
+
+// inputPool recycles policy inputs: Decide and Disclose do not retain theirs.
+var inputPool = sync.Pool{New: func() any { return new(policy.Input) }}
+
+// callState carries one call through the stages. It lives on Call's stack:
+// the Call is held by value so that it does not escape with the values the
+// stages copy out of it.
 type callState struct {
-	c        *Call
+	f        *frame
+	c        Call
 	st       *State
 	tool     *catalog.Tool
 	res      *Result
@@ -292,11 +332,13 @@ type callState struct {
 // error is non-nil only when the request itself is unusable before a tool is
 // identified (unknown or ambiguous tool, malformed arguments,
 // unauthenticated principal): those calls are not recorded as tool calls.
-func (p *Pipeline) Call(ctx context.Context, c Call) (*Result, error) {
+func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	st := p.state.Load()
-	if c.Principal.ID == "" {
+	if call.Principal.ID == "" {
 		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
 	}
+	f := new(frame)
+	c := &call
 	if c.CallID == "" {
 		c.CallID = newID("call_")
 	}
@@ -309,27 +351,40 @@ func (p *Pipeline) Call(ctx context.Context, c Call) (*Result, error) {
 	if c.Transport == "" {
 		c.Transport = catalog.TransportNative
 	}
-	res := &Result{CallID: c.CallID, RunID: c.RunID}
+	res := &f.res
+	res.CallID, res.RunID = c.CallID, c.RunID
 	tool, err := st.Catalog.Resolve(c.Tool)
 	if err != nil {
 		res.Hidden = true
 		return res, err
 	}
 	res.ToolID = tool.Descriptor.ToolID
-	argsMap, err := decodeArgs(c.Args)
-	if err != nil {
-		return res, err
-	}
 	args := c.Args
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	h, err := p.opts.Redactor.ArgsHash(args)
+	// The argsHash parse is strict (RFC 8259, I-JSON: no duplicate keys);
+	// the arguments must also be an object (MCP tools/call
+	// params.arguments). When a rule reads args, the same parse decodes
+	// them (unredacted) for the policy.
+	var (
+		h       string
+		argsMap map[string]any
+	)
+	usesArgs := st.Policy.UsesArgs(res.ToolID)
+	if usesArgs {
+		h, argsMap, err = p.opts.Redactor.ArgsHashDecode(args)
+	} else {
+		h, err = p.opts.Redactor.ArgsHash(args)
+	}
 	if err != nil {
-		return res, err
+		return res, errcode.Errorf(errcode.InvalidArgument, "arguments must be a JSON object: %s", errcode.As(err).Message)
+	}
+	if (usesArgs && argsMap == nil) || (!usesArgs && !isObject(args)) {
+		return res, errcode.New(errcode.InvalidArgument, "arguments must be a JSON object")
 	}
 	res.RequestedArgsHash, res.ExecutedArgsHash = h, h
-	cs := &callState{c: &c, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now()}
+	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now()}
 	cs.hookCall = hook.Call{
 		CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
 		ToolID: res.ToolID, Transport: string(c.Transport), Principal: c.Principal.ID,
@@ -363,7 +418,8 @@ func (p *Pipeline) Call(ctx context.Context, c Call) (*Result, error) {
 	if err != nil {
 		return p.internal(res, err)
 	}
-	if err := p.opts.Events.Append(ctx, called); err != nil {
+	f.events = [2]*audit.Event{called}
+	if err := p.appendEvents(ctx, f, 1); err != nil {
 		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", p.opts.Redactor.RedactString(err.Error()))
 		return p.unrecorded(res, err)
 	}
@@ -376,12 +432,16 @@ func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
 	if cs.st.Policy == nil {
 		return noPolicy()
 	}
-	in := policy.Input{
+	in := inputPool.Get().(*policy.Input)
+	*in = policy.Input{
 		Principal: cs.c.Principal, Tool: cs.st.facts[cs.res.ToolID], Args: cs.argsMap, ArgsKnown: true,
 		Call: policy.Call{Transport: string(cs.c.Transport), CallID: cs.c.CallID, RunID: cs.c.RunID, AgentID: cs.c.AgentID, ParentCallID: cs.c.ParentCallID},
 		Now:  cs.started,
 	}
-	return cs.st.Policy.Decide(ctx, &in)
+	d := cs.st.Policy.Decide(ctx, in)
+	*in = policy.Input{}
+	inputPool.Put(in)
+	return d
 }
 
 // refusal turns a non-allow decision into the error to answer, or nil.
@@ -502,7 +562,7 @@ func runHook[T any](ctx context.Context, reg hook.Registration, fn func(context.
 }
 
 func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
-	c := cs.c
+	c := &cs.c
 	ref := audit.CallRef{AgentID: c.AgentID, ToolName: cs.res.ToolID, CallID: c.CallID, ParentCallID: c.ParentCallID}
 	tc := audit.NewToolCalled(ref, cs.res.RequestedArgsHash, c.Principal.ID, audit.Transport(c.Transport))
 	if p.opts.AuditContent == "full" {
@@ -510,7 +570,7 @@ func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
 			tc.Inputs = red
 		}
 	}
-	ev, err := audit.NewEvent(c.RunID, audit.TypeToolCalled, tc, "", cs.started)
+	ev, err := audit.NewCalledEvent(c.RunID, &tc, cs.started)
 	if err != nil {
 		return nil, err
 	}
@@ -532,12 +592,13 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 	if err != nil {
 		return p.internal(res, err)
 	}
-	ret, err := audit.NewEvent(cs.c.RunID, audit.TypeToolReturned, tr, called.EventID, p.opts.Now())
+	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)
 	}
 	ret.Tenant = cs.c.Principal.Tenant
-	if err := p.opts.Events.Append(ctx, called, ret); err != nil {
+	cs.f.events = [2]*audit.Event{called, ret}
+	if err := p.appendEvents(ctx, cs.f, 2); err != nil {
 		return p.unrecorded(res, err)
 	}
 	if err := p.appendReceipt(ctx, cs); err != nil {
@@ -556,7 +617,9 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if inv == nil {
 		err = errcode.Errorf(errcode.UpstreamUnavailable, "no invoker is registered for %s", res.ToolID)
 	} else {
-		ictx, cancel := context.WithTimeout(ctx, p.opts.ToolTimeout)
+		// context.WithTimeout(ctx, ToolTimeout), made only if the tool needs it
+		ictx := new(invokeContext)
+		ictx.init(ctx, start, p.opts.ToolTimeout)
 		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
 		if err != nil && ictx.Err() != nil && errcode.As(err) == nil {
 			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
@@ -565,7 +628,7 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 				err = errcode.Wrap(errcode.Timeout, err, fmt.Sprintf("tool did not finish within %s", p.opts.ToolTimeout))
 			}
 		}
-		cancel()
+		ictx.stop()
 		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
 	}
 	dur := time.Since(start)
@@ -574,8 +637,10 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	}
 	if err == nil {
 		res.Status, res.Output = audit.StatusOK, out
-		if e := p.afterHooks(ctx, cs, &hook.Outcome{Status: "ok", Output: out, DurationMs: res.DurationMs}, false); e != nil {
-			res.Status, res.Output, res.Err = audit.StatusError, nil, e
+		if len(p.opts.Hooks) > 0 {
+			if e := p.afterHooks(ctx, cs, &hook.Outcome{Status: "ok", Output: out, DurationMs: res.DurationMs}, false); e != nil {
+				res.Status, res.Output, res.Err = audit.StatusError, nil, e
+			}
 		}
 	} else {
 		e := errcode.As(err)
@@ -585,7 +650,9 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		e = &errcode.Error{Code: e.Code, Message: p.opts.Redactor.RedactString(e.Message), Details: e.Details}
 		res.Status, res.Err = audit.StatusError, e
 		res.Output = out // e.g. an MCP isError result's content
-		p.afterHooks(ctx, cs, &hook.Outcome{Status: "error", ErrorCode: string(e.Code), Error: e, DurationMs: res.DurationMs}, true)
+		if len(p.opts.Hooks) > 0 {
+			p.afterHooks(ctx, cs, &hook.Outcome{Status: "error", ErrorCode: string(e.Code), Error: e, DurationMs: res.DurationMs}, true)
+		}
 	}
 	ref := audit.CallRef{AgentID: cs.c.AgentID, ToolName: res.ToolID, CallID: cs.c.CallID, ParentCallID: cs.c.ParentCallID}
 	var tr audit.ToolReturned
@@ -601,12 +668,13 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			return p.internal(res, err)
 		}
 	}
-	ret, err := audit.NewEvent(cs.c.RunID, audit.TypeToolReturned, tr, cs.called.EventID, p.opts.Now())
+	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, cs.called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)
 	}
 	ret.Tenant = cs.c.Principal.Tenant
-	if err := p.opts.Events.Append(ctx, ret); err != nil {
+	cs.f.events = [2]*audit.Event{ret}
+	if err := p.appendEvents(ctx, cs.f, 1); err != nil {
 		return p.unrecorded(res, err)
 	}
 	if err := p.appendReceipt(ctx, cs); err != nil {
@@ -651,10 +719,18 @@ func safeInvoke(ctx context.Context, inv Invoker, t *catalog.Tool, args json.Raw
 	return inv.Invoke(ctx, t, args)
 }
 
+// receiptBox is a receipt and its duration in one allocation.
+type receiptBox struct {
+	r          receipt.Receipt
+	durationMs int64
+}
+
 func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
 	res := cs.res
 	res.ReceiptID = newID("rcpt_")
-	r := &receipt.Receipt{
+	box := new(receiptBox)
+	r := &box.r
+	*r = receipt.Receipt{
 		ReceiptID: res.ReceiptID, CallID: res.CallID, ParentCallID: cs.c.ParentCallID, RunID: res.RunID,
 		AgentID: cs.c.AgentID, Principal: cs.c.Principal.ID, Tenant: cs.c.Principal.Tenant, ToolID: res.ToolID,
 		Transport:         string(cs.c.Transport),
@@ -666,12 +742,14 @@ func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
 		r.Error = &receipt.ErrorRef{Code: string(res.Err.Code)}
 	}
 	if res.Ran {
-		d := res.DurationMs
-		r.DurationMs = &d
+		box.durationMs = res.DurationMs
+		r.DurationMs = &box.durationMs
 	}
 	if res.Status == audit.StatusOK {
 		sum := sha256.Sum256(res.Output)
-		r.ResultHash = hex.EncodeToString(sum[:])
+		var h [2 * sha256.Size]byte
+		hex.Encode(h[:], sum[:])
+		r.ResultHash = string(h[:])
 	}
 	return p.opts.Receipts.Append(ctx, r)
 }
