@@ -107,6 +107,7 @@ type toolIndex struct {
 	deny, approval, allow []*rule
 	all                   []*rule // declaration order, for Explain
 	limit                 *rateLimit
+	usesArgs              bool // some rule's condition reads args
 }
 
 // Compile checks spec and compiles it into a Program. It reports every

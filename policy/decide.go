@@ -579,6 +579,17 @@ func sortedUnique(s []string) bool {
 	return true
 }
 
+// UsesArgs reports whether any rule that applies to toolID has a condition
+// that reads args. When it is false, Decide never looks at Input.Args, so a
+// caller may skip decoding the arguments. Safe for concurrent use; a nil
+// Program uses none.
+func (p *Program) UsesArgs(toolID string) bool {
+	if p == nil {
+		return false
+	}
+	return p.lookup(toolID).usesArgs
+}
+
 // lookup returns the rules and rate limit for toolID, from the cache when
 // possible. The cache is copy-on-write: readers never lock.
 func (p *Program) lookup(toolID string) *toolIndex {
@@ -618,6 +629,7 @@ func (p *Program) buildIndex(toolID string) *toolIndex {
 			continue
 		}
 		ti.all = append(ti.all, r)
+		ti.usesArgs = ti.usesArgs || r.usesArgs
 		switch r.effect {
 		case EffectDeny:
 			ti.deny = append(ti.deny, r)
