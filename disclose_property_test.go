@@ -51,6 +51,9 @@ var conds = []cond{
 		s, ok := a["path"].(string)
 		return ok && strings.HasPrefix(s, "/etc")
 	}},
+	// call is unknown at list time too (the calls below are native, by core.system)
+	{cel: `call.transport == "native"`, argDependent: true, atList: unknownAtList, eval: func(policy.Principal, string, map[string]any) bool { return true }},
+	{cel: `call.agentId == "agent-1"`, argDependent: true, atList: unknownAtList, eval: func(policy.Principal, string, map[string]any) bool { return false }},
 	{cel: `principal.tenant == "acme" && has(args.n)`, argDependent: true, atList: func(p policy.Principal) (bool, bool) {
 		if p.Tenant != "acme" {
 			return false, true // false && unknown is false

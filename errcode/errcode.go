@@ -43,6 +43,9 @@ const (
 	ApprovalExpired Code = "approval_expired"
 	// ToolExecutionFailed: the tool itself failed (an error or panic in the tool).
 	ToolExecutionFailed Code = "tool_execution_failed"
+	// ResultWithheld: the tool ran, but an enforce hook refused to release
+	// its result (the hook failed or objected after the call).
+	ResultWithheld Code = "result_withheld"
 	// UpstreamUnavailable: the upstream server backing the tool is down.
 	UpstreamUnavailable Code = "upstream_unavailable"
 	// Timeout: the call exceeded its deadline.
@@ -69,6 +72,7 @@ var statuses = map[Code]int{
 	ApprovalDenied:      http.StatusForbidden,
 	ApprovalExpired:     http.StatusForbidden,
 	ToolExecutionFailed: http.StatusOK,
+	ResultWithheld:      http.StatusOK,
 	UpstreamUnavailable: http.StatusBadGateway,
 	Timeout:             http.StatusGatewayTimeout,
 	Cancelled:           499,
@@ -77,8 +81,8 @@ var statuses = map[Code]int{
 	Internal:            http.StatusInternalServerError,
 }
 
-// Codes returns every code of the closed set, in declaration-independent
-// sorted order is not guaranteed; use it for exhaustiveness tests.
+// Codes returns every code of the closed set, in no particular order; use
+// it for exhaustiveness tests.
 func Codes() []Code {
 	out := make([]Code, 0, len(statuses))
 	for c := range statuses {

@@ -12,8 +12,11 @@
 //     returns an error, panics or exceeds its Timeout denies the call
 //     (fail closed, DESIGN.md decision 1).
 //
-// Hooks run synchronously, in registration order, on the calling goroutine
-// (with a per-hook timeout for enforce hooks), so a hook must be safe for
+// Hooks run in registration order; the call waits for each one, up to the
+// hook's Timeout (each callback runs on its own goroutine so that a hook
+// that ignores its context cannot hold the call past the timeout; such a
+// goroutine is abandoned). Hooks receive copies of the arguments and of the
+// result, so they cannot change either in place. A hook must be safe for
 // concurrent use by many calls at once.
 package hook
 
@@ -71,8 +74,10 @@ type Outcome struct {
 // Hook is a lifecycle hook. Before runs after the policy decision and the
 // rate limit admitted the call, and before the tool is invoked. After runs
 // when the tool returned successfully; OnError when it failed. An enforce
-// hook's After/OnError error withholds the result: the caller gets status
-// error with code forbidden. Implementations must be safe for concurrent use.
+// hook's After error (or panic, or timeout) withholds the result: the caller
+// gets status error with code result_withheld, and the call is recorded so.
+// OnError errors are logged only (the call already failed). Implementations
+// must be safe for concurrent use.
 type Hook interface {
 	Before(ctx context.Context, c *Call) (Verdict, error)
 	After(ctx context.Context, c *Call, o *Outcome) error

@@ -92,7 +92,8 @@ type rule struct {
 	full     cel.Program // nil: unconditional
 	partial  cel.Program // the same condition with args unknown
 	useCtx   bool        // has a comprehension: evaluate with the context
-	usesArgs bool        // reads args: needs partial evaluation at list time
+	usesArgs bool        // reads args (so callers must decode them)
+	listVar  bool        // reads args or call: unknown at list time, needs partial evaluation
 	memo     int         // index among the shared conditions, or -1
 }
 
@@ -339,6 +340,11 @@ func (c *compiler) globs(name string, tools []string, pos Pos) bool {
 		if strings.TrimSpace(t) == "" {
 			c.errorf(pos, "%s: tools must not contain an empty glob", name)
 			ok = false
+		} else if err := glob.ValidToolPattern(t); err != nil {
+			// Matching is on the canonical toolId only (DESIGN.md
+			// decision 3): another spelling would silently never match.
+			c.errorf(pos, "%s: %v", name, err)
+			ok = false
 		}
 	}
 	return ok
@@ -385,7 +391,7 @@ func (c *compiler) condition(name string, rs *RuleSpec, r *rule) bool {
 		return false
 	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
-	r.useCtx, r.usesArgs = inspect(checked)
+	r.useCtx, r.usesArgs, r.listVar = inspect(checked)
 	// Only a comprehension can make a condition's cost grow faster than its
 	// input; without one, evaluation is linear in the (transport-bounded)
 	// arguments and cost tracking, which wraps every node, would dominate the
@@ -499,21 +505,25 @@ func (noEstimates) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNod
 	return nil
 }
 
-// inspect reports whether the checked condition has a comprehension and
-// whether it may read `args` (any identifier named args, conservatively
-// including a comprehension variable of that name).
-func inspect(a *cel.Ast) (comprehension, args bool) {
+// inspect reports whether the checked condition has a comprehension,
+// whether it may read `args`, and whether it may read a variable that is
+// unknown at list time (`args` or `call`; any identifier of that name,
+// conservatively including a comprehension variable).
+func inspect(a *cel.Ast) (comprehension, args, listVar bool) {
 	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
 		switch e.Kind() {
 		case ast.ComprehensionKind:
 			comprehension = true
 		case ast.IdentKind:
-			if e.AsIdent() == "args" {
-				args = true
+			switch e.AsIdent() {
+			case "args":
+				args, listVar = true, true
+			case "call":
+				listVar = true
 			}
 		}
 	}))
-	return comprehension, args
+	return comprehension, args, listVar
 }
 
 // canonicalVersion hashes the meaning of the spec: positions and the

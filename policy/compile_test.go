@@ -71,11 +71,11 @@ func TestCompileIssues(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"missing id", Spec{Rules: []RuleSpec{{Effect: EffectAllow, Tools: []string{"x"}, Pos: Pos{"f", 2, 5}}}}, Options{},
+		{"missing id", Spec{Rules: []RuleSpec{{Effect: EffectAllow, Tools: []string{"native:x"}, Pos: Pos{"f", 2, 5}}}}, Options{},
 			"f:2:5: rule #1: id is required"},
 		{"bad default", Spec{Default: "maybe", Pos: Pos{"f", 1, 1}}, Options{},
 			`f:1:1: default must be "deny" or "allow", got "maybe"`},
-		{"missing effect", Spec{Rules: []RuleSpec{{ID: "a", Tools: []string{"x"}, Pos: Pos{"f", 2, 5}}}}, Options{},
+		{"missing effect", Spec{Rules: []RuleSpec{{ID: "a", Tools: []string{"native:x"}, Pos: Pos{"f", 2, 5}}}}, Options{},
 			`f:2:5: rule "a": effect is required (allow, deny or require_approval)`},
 		{"empty tools", Spec{Rules: []RuleSpec{{ID: "a", Effect: EffectDeny, Pos: Pos{"f", 2, 5}}}}, Options{},
 			`f:2:5: rule "a": tools must list at least one toolId glob`},
@@ -101,7 +101,7 @@ func TestCompileIssues(t *testing.T) {
 			`f:3:20: rule "r": when: type conversion error from 'string' to 'int'`},
 		{"dyn result that is never bool", Spec{Rules: []RuleSpec{rule(`dyn(1)`)}}, Options{},
 			`f:3:20: rule "r": when can never be decided: it evaluates to int, not a bool`},
-		{"scopes on a deny rule", Spec{Rules: []RuleSpec{{ID: "a", Effect: EffectDeny, Tools: []string{"x"}, Scopes: []string{"s"}, Pos: Pos{"f", 2, 5}}}}, Options{},
+		{"scopes on a deny rule", Spec{Rules: []RuleSpec{{ID: "a", Effect: EffectDeny, Tools: []string{"native:x"}, Scopes: []string{"s"}, Pos: Pos{"f", 2, 5}}}}, Options{},
 			`f:2:5: rule "a": scopes apply to allow and require_approval rules only; a deny rule denies whatever the scopes`},
 		{"bad rate", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Rate: "ten/s", Burst: 1, Pos: Pos{"f", 4, 5}}}}, Options{},
 			`f:4:5: ratelimit: rate "ten/s": "ten" is not a positive number`},
@@ -146,16 +146,16 @@ func TestCELColumns(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	a, err := Load("a.yaml", []byte("rules:\n  - {id: r, effect: allow, tools: [x]}\n"), Options{})
+	a, err := Load("a.yaml", []byte("rules:\n  - {id: r, effect: allow, tools: [native:x]}\n"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Same meaning, different layout and positions: same version.
-	b, err := Load("b.yaml", []byte("# comment\ndefault: deny\nrules:\n  - id: r\n    tools: [x]\n    effect: allow\n"), Options{})
+	b, err := Load("b.yaml", []byte("# comment\ndefault: deny\nrules:\n  - id: r\n    tools: [native:x]\n    effect: allow\n"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load("c.yaml", []byte("rules:\n  - {id: r, effect: allow, tools: [y]}\n"), Options{})
+	c, err := Load("c.yaml", []byte("rules:\n  - {id: r, effect: allow, tools: [native:y]}\n"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

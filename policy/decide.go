@@ -312,7 +312,7 @@ func (ev *evaluation) evalOnce(r *rule) (tri, error) {
 		}
 	}
 	prg := r.full
-	if ev.partial && r.usesArgs {
+	if ev.partial && r.listVar {
 		prg = r.partial
 	}
 	var out ref.Val

@@ -284,8 +284,10 @@ var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-// argsUnknown marks `args` unknown for list-time (partial) evaluation.
-var argsUnknown = []*interpreter.AttributePattern{cel.AttributePattern("args")}
+// argsUnknown marks `args` and `call` unknown for list-time (partial)
+// evaluation: a tools/list knows neither the arguments nor the call's
+// transport, agent or parent.
+var argsUnknown = []*interpreter.AttributePattern{cel.AttributePattern("args"), cel.AttributePattern("call")}
 
 // allUnknown marks every variable unknown, to find conditions whose value
 // does not depend on the input at all.
@@ -374,12 +376,14 @@ func (a *activation) ResolveName(name string) (any, bool) {
 // Parent implements interpreter.Activation.
 func (a *activation) Parent() interpreter.Activation { return nil }
 
-// partialActivation is an activation whose args are unknown (list time).
+// partialActivation is an activation whose args and call are unknown (list
+// time).
 type partialActivation struct{ *activation }
 
-// ResolveName implements interpreter.Activation; args is never resolved.
+// ResolveName implements interpreter.Activation; args and call are never
+// resolved.
 func (a partialActivation) ResolveName(name string) (any, bool) {
-	if name == "args" {
+	if name == "args" || name == "call" {
 		return nil, false
 	}
 	return a.activation.ResolveName(name)

@@ -44,11 +44,11 @@ func Match(pattern, name string) bool {
 func IsPattern(s string) bool { return strings.ContainsAny(s, "*?") }
 
 // ValidToolPattern checks that pattern can match a canonical toolId
-// (DESIGN.md decision 3: matching is on the canonical id only). A pattern is
-// "*" alone, or starts with a lowercase scope and a colon ("mcp:",
-// "native:", "http:", "connector:", "openwop:", ... where the scope itself
-// may be a wildcard such as "*:") or with "x-host-"; it contains no
-// whitespace or control characters. A non-canonical spelling such as
+// (DESIGN.md decision 3: matching is on the canonical id only). A pattern
+// starts with a wildcard (which spans the scope: "*", "*.write"), with a
+// lowercase scope and a colon ("mcp:", "native:", "http:", "connector:",
+// "openwop:", ...), or with "x-host-"; it contains no whitespace or control
+// characters. A non-canonical spelling such as
 // "fs.write_file", "fs__delete" or "MCP:fs.*" would silently never match,
 // so it is an error whose message suggests the canonical form.
 func ValidToolPattern(pattern string) error {
@@ -60,8 +60,8 @@ func ValidToolPattern(pattern string) error {
 			return fmt.Errorf("tool pattern %q contains whitespace or a control character", pattern)
 		}
 	}
-	if pattern == "*" || strings.HasPrefix(pattern, "x-host-") {
-		return nil
+	if pattern[0] == '*' || pattern[0] == '?' || strings.HasPrefix(pattern, "x-host-") {
+		return nil // a leading wildcard spans the scope ("*.write", "*:fs.*")
 	}
 	scope, rest, ok := strings.Cut(pattern, ":")
 	if !ok || scope == "" {

@@ -33,7 +33,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestValidToolPattern(t *testing.T) {
-	for _, ok := range []string{"*", "mcp:fs.*", "native:clock.now", "*:fs.*", "x-host-acme-run", "mcp:*", "http:weather"} {
+	for _, ok := range []string{"*", "*.write", "mcp:fs.*", "native:clock.now", "*:fs.*", "x-host-acme-run", "mcp:*", "http:weather"} {
 		if err := ValidToolPattern(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}

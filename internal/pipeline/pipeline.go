@@ -16,6 +16,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -27,6 +28,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
@@ -173,8 +175,8 @@ type Call struct {
 	Args         json.RawMessage // a JSON object; empty means {}
 	Principal    policy.Principal
 	Transport    catalog.Transport // mcp, http or native
-	CallID       string            // generated when empty
-	RunID        string            // defaults to "run_"+CallID
+	CallID       string            // generated when empty; 1–128 bytes
+	RunID        string            // generated ("run_…") when empty; 1–128 bytes
 	AgentID      string            // defaults to core.system
 	ParentCallID string
 }
@@ -325,6 +327,52 @@ type callState struct {
 	started  time.Time
 	called   *audit.Event
 	hookCall hook.Call
+	rec      context.Context // for audit writes: the call's context without cancellation
+}
+
+// maxIDLen bounds caller-supplied ids (OpenWOP run-event.schema.json: 1–128).
+const maxIDLen = 128
+
+// validateIDs checks caller-supplied identifiers before anything is
+// recorded, so that a bad id is an invalid_argument answer rather than a
+// half-written record.
+func validateIDs(c *Call) error {
+	check := func(name, v string, min, max int) error {
+		if v == "" {
+			return nil
+		}
+		if len(v) < min || len(v) > max || !utf8.ValidString(v) {
+			return errcode.Errorf(errcode.InvalidArgument, "%s must be %d–%d bytes of valid UTF-8", name, min, max)
+		}
+		for _, r := range v {
+			if r < 0x20 || r == 0x7f {
+				return errcode.Errorf(errcode.InvalidArgument, "%s contains a control character", name)
+			}
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name, v  string
+		min, max int
+	}{
+		{"callId", c.CallID, 1, maxIDLen}, {"runId", c.RunID, 1, maxIDLen}, {"parentCallId", c.ParentCallID, 1, maxIDLen},
+		{"agentId", c.AgentID, 3, 256}, {"principal", c.Principal.ID, 1, 256}, {"tenant", c.Principal.Tenant, 1, 256},
+	} {
+		if err := check(f.name, f.v, f.min, f.max); err != nil {
+			return err
+		}
+	}
+	if c.ParentCallID != "" && c.ParentCallID == c.CallID {
+		return errcode.New(errcode.InvalidArgument, "parentCallId must differ from callId")
+	}
+	switch c.Transport {
+	case "":
+		c.Transport = catalog.TransportNative
+	case catalog.TransportMCP, catalog.TransportHTTP, catalog.TransportNative:
+	default:
+		return errcode.Errorf(errcode.InvalidArgument, "transport %q is not mcp, http or native", c.Transport)
+	}
+	return nil
 }
 
 // Call runs c through the gate and returns its result. It never panics
@@ -337,19 +385,25 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	if call.Principal.ID == "" {
 		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, errcode.Wrap(errcode.Cancelled, err, "the call was cancelled before it started")
+	}
+	if err := validateIDs(&call); err != nil {
+		return nil, err
+	}
+	// Once the call is under way its record must be written even if the
+	// caller goes away: audit writes use a context without cancellation.
+	rec := context.WithoutCancel(ctx)
 	f := new(frame)
 	c := &call
 	if c.CallID == "" {
 		c.CallID = newID("call_")
 	}
 	if c.RunID == "" {
-		c.RunID = "run_" + c.CallID
+		c.RunID = newID("run_")
 	}
 	if c.AgentID == "" {
 		c.AgentID = audit.AgentSystem
-	}
-	if c.Transport == "" {
-		c.Transport = catalog.TransportNative
 	}
 	res := &f.res
 	res.CallID, res.RunID = c.CallID, c.RunID
@@ -391,27 +445,28 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		Tenant: c.Principal.Tenant, Args: args, ArgsHash: h,
 	}
 
+	cs.rec = rec
 	// decide
 	res.Decision = p.decide(ctx, cs)
 	if e := p.refusal(ctx, cs); e != nil {
-		return p.refuse(ctx, cs, audit.StatusForbidden, e)
+		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
 	// rate limit
 	if rate, burst, ok := st.Policy.RateLimit(res.ToolID); ok {
 		key := ratelimit.Key{Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID}
 		rl, err := p.opts.Limiter.Take(ctx, key, ratelimit.Limit{Rate: rate, Burst: burst})
 		if err != nil {
-			return p.refuse(ctx, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
+			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
 		}
 		if !rl.Allowed {
 			res.RetryAfter = rl.RetryAfter
 			e := errcode.As(rl.Err()).WithDetails(map[string]any{"toolName": res.ToolID})
-			return p.refuse(ctx, cs, audit.StatusRateLimited, e)
+			return p.refuse(rec, cs, audit.StatusRateLimited, e)
 		}
 	}
 	// before-hooks
 	if e := p.beforeHooks(ctx, cs); e != nil {
-		return p.refuse(ctx, cs, audit.StatusForbidden, e)
+		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
 	// agent.toolCalled is durable before the tool runs.
 	called, err := p.calledEvent(cs)
@@ -419,7 +474,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		return p.internal(res, err)
 	}
 	f.events = [2]*audit.Event{called}
-	if err := p.appendEvents(ctx, f, 1); err != nil {
+	if err := p.appendEvents(rec, f, 1); err != nil {
 		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", p.opts.Redactor.RedactString(err.Error()))
 		return p.unrecorded(res, err)
 	}
@@ -481,6 +536,7 @@ func nonNil(s []string) []string {
 func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Error {
 	for _, reg := range p.opts.Hooks {
 		hc := cs.hookCall
+		hc.Args = bytes.Clone(hc.Args) // a hook cannot change the call in place
 		v, err := runHook(ctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
 		if reg.Mode == hook.Observe {
 			if err != nil {
@@ -617,18 +673,24 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if inv == nil {
 		err = errcode.Errorf(errcode.UpstreamUnavailable, "no invoker is registered for %s", res.ToolID)
 	} else {
-		// context.WithTimeout(ctx, ToolTimeout), made only if the tool needs it
-		ictx := new(invokeContext)
-		ictx.init(ctx, start, p.opts.ToolTimeout)
+		ictx, cancel := context.WithTimeout(ctx, p.opts.ToolTimeout)
 		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
-		if err != nil && ictx.Err() != nil && errcode.As(err) == nil {
+		ierr := ictx.Err() // before cancel: was the deadline or the caller the cause?
+		cancel()
+		switch {
+		case err == nil && ierr != nil && ctx.Err() == nil:
+			// A tool that ignores its context and finishes late: its
+			// result is not used (native tools must honour ctx).
+			out, err = nil, errcode.Errorf(errcode.Timeout, "tool did not finish within %s", p.opts.ToolTimeout)
+		case err != nil && ierr != nil && !gatewayCode(errcode.CodeOf(err)):
 			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 				err = errcode.Wrap(errcode.Cancelled, err, "call cancelled")
 			} else {
 				err = errcode.Wrap(errcode.Timeout, err, fmt.Sprintf("tool did not finish within %s", p.opts.ToolTimeout))
 			}
+		case err == nil && !json.Valid(out):
+			out, err = nil, errcode.New(errcode.ToolExecutionFailed, "the tool returned a result that is not valid JSON")
 		}
-		ictx.stop()
 		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
 	}
 	dur := time.Since(start)
@@ -643,11 +705,7 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			}
 		}
 	} else {
-		e := errcode.As(err)
-		if e == nil {
-			e = errcode.New(errcode.ToolExecutionFailed, err.Error())
-		}
-		e = &errcode.Error{Code: e.Code, Message: p.opts.Redactor.RedactString(e.Message), Details: e.Details}
+		e := p.toolError(err)
 		res.Status, res.Err = audit.StatusError, e
 		res.Output = out // e.g. an MCP isError result's content
 		if len(p.opts.Hooks) > 0 {
@@ -674,13 +732,72 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	}
 	ret.Tenant = cs.c.Principal.Tenant
 	cs.f.events = [2]*audit.Event{ret}
-	if err := p.appendEvents(ctx, cs.f, 1); err != nil {
+	if err := p.appendEvents(cs.rec, cs.f, 1); err != nil {
 		return p.unrecorded(res, err)
 	}
-	if err := p.appendReceipt(ctx, cs); err != nil {
+	if err := p.appendReceipt(cs.rec, cs); err != nil {
 		return p.unrecorded(res, err)
 	}
 	return res, nil
+}
+
+// gatewayCode reports whether code is a failure the gateway itself
+// classified (kept as is), rather than a tool's own error.
+func gatewayCode(code errcode.Code) bool {
+	switch code {
+	case errcode.UpstreamUnavailable, errcode.Timeout, errcode.Cancelled:
+		return true
+	}
+	return false
+}
+
+// toolCodes are the codes a tool's error may carry on a status error
+// return; any other code (a gate code such as forbidden, an unknown code)
+// becomes tool_execution_failed so that the record stays honest (§F).
+var toolCodes = map[errcode.Code]bool{
+	errcode.ToolExecutionFailed: true, errcode.UpstreamUnavailable: true, errcode.Timeout: true,
+	errcode.Cancelled: true, errcode.InvalidArgument: true, errcode.NotFound: true, errcode.Conflict: true,
+}
+
+// toolError turns whatever a tool returned as an error into a recordable
+// *errcode.Error: a known tool code, a non-empty redacted message and
+// JSON-safe redacted details. It never panics, even on a typed-nil
+// *errcode.Error or an error whose Error method panics.
+func (p *Pipeline) toolError(err error) (e *errcode.Error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e = errcode.Errorf(errcode.ToolExecutionFailed, "the tool returned an unprintable error (%T)", err)
+		}
+	}()
+	src := errcode.As(err)
+	code, msg := errcode.ToolExecutionFailed, ""
+	var details map[string]any
+	if src != nil {
+		code, msg, details = src.Code, src.Message, src.Details
+	} else {
+		msg = err.Error()
+	}
+	if !toolCodes[code] {
+		if code != "" {
+			msg = fmt.Sprintf("the tool reported %q: %s", code, msg)
+		}
+		code = errcode.ToolExecutionFailed
+	}
+	if msg == "" {
+		msg = "the tool failed without a message"
+	}
+	out := &errcode.Error{Code: code, Message: p.opts.Redactor.RedactString(msg)}
+	if len(details) > 0 {
+		if raw, err := json.Marshal(details); err == nil {
+			if red, err := p.opts.Redactor.RedactJSON(raw); err == nil {
+				var m map[string]any
+				if json.Unmarshal(red, &m) == nil {
+					out.Details = m
+				}
+			}
+		}
+	}
+	return out
 }
 
 // afterHooks runs After (ok) or OnError callbacks. An enforce hook's failure
@@ -689,11 +806,14 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcome, onError bool) *errcode.Error {
 	for _, reg := range p.opts.Hooks {
 		hc := cs.hookCall
+		hc.Args = bytes.Clone(hc.Args)
+		oc := *o
+		oc.Output = bytes.Clone(o.Output) // nor the result
 		_, err := runHook(ctx, reg, func(hctx context.Context) (struct{}, error) {
 			if onError {
-				return struct{}{}, reg.Hook.OnError(hctx, &hc, o)
+				return struct{}{}, reg.Hook.OnError(hctx, &hc, &oc)
 			}
-			return struct{}{}, reg.Hook.After(hctx, &hc, o)
+			return struct{}{}, reg.Hook.After(hctx, &hc, &oc)
 		})
 		if err == nil {
 			continue
@@ -703,7 +823,7 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 			p.opts.Logger.Warn("hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
 			continue
 		}
-		return errcode.Errorf(errcode.Forbidden, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
+		return errcode.Errorf(errcode.ResultWithheld, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
 			WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 	}
 	return nil
