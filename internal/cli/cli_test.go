@@ -419,3 +419,17 @@ policy: {rules: [{id: readers, effect: allow, tools: ["mcp:fs.*"]}]}
 		t.Errorf("empty principal: %d %q", code, errOut)
 	}
 }
+
+func TestDemoWritesVerifiableReceipts(t *testing.T) {
+	dir := t.TempDir()
+	rf, kf := filepath.Join(dir, "demo.jsonl"), filepath.Join(dir, "demo.pub")
+	if code, _, errOut := run(t, "", "demo", "--receipts", rf, "--pubkey", kf); code != ExitOK {
+		t.Fatalf("demo: %d %s", code, errOut)
+	}
+	if code, out, errOut := run(t, "", "receipts", "verify", rf, "--pubkey", kf); code != ExitOK || !strings.Contains(out, "OK: 9 receipts") {
+		t.Fatalf("verify: %d %q %q", code, out, errOut)
+	}
+	if code, _, _ := run(t, "", "demo", "--receipts", rf); code != ExitUsage {
+		t.Fatalf("--receipts without --pubkey: %d", code)
+	}
+}

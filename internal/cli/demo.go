@@ -28,6 +28,7 @@ var demoConfig []byte
 
 func newDemoCmd() *cobra.Command {
 	var showConfig bool
+	var receiptsOut, pubkeyOut string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the embedded gate on a demo config and show its decisions",
@@ -35,21 +36,29 @@ func newDemoCmd() *cobra.Command {
 native:files.read, confined to a temporary directory) and the demo policy, show what two principals
 are disclosed, make a series of calls through the full pipeline (policy, CEL argument rules, rate
 limit, events, receipts), print each outcome, and verify the receipt chain offline.
-Use --config-only to print the demo configuration.`,
+Use --config-only to print the demo configuration, and --receipts/--pubkey to keep the receipts
+and the public key for 'toolgate receipts verify'.`,
+		Example: `  toolgate demo
+  toolgate demo --receipts demo.jsonl --pubkey demo.pub && toolgate receipts verify demo.jsonl --pubkey demo.pub`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if showConfig {
 				_, err := cmd.OutOrStdout().Write(demoConfig)
 				return err
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout())
+			if (receiptsOut == "") != (pubkeyOut == "") {
+				return usage("--receipts and --pubkey go together")
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), receiptsOut, pubkeyOut)
 		},
 	}
 	cmd.Flags().BoolVar(&showConfig, "config-only", false, "print the embedded demo configuration and exit")
+	cmd.Flags().StringVar(&receiptsOut, "receipts", "", "also write the run's receipts (JSON Lines) to this file, for 'toolgate receipts verify'")
+	cmd.Flags().StringVar(&pubkeyOut, "pubkey", "", "also write the signing public key (PEM) to this file")
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer) error {
+func runDemo(ctx context.Context, out io.Writer, receiptsOut, pubkeyOut string) error {
 	cfg, err := config.Parse("demo.yaml", demoConfig)
 	if err != nil {
 		return failure("demo config: %v", err)
@@ -138,6 +147,15 @@ func runDemo(ctx context.Context, out io.Writer) error {
 		return failure("receipt verification failed: %v", err)
 	}
 	fmt.Fprintf(out, "\nreceipts: %d receipts, %d signed checkpoint(s), chain verified offline.\n", rep.Receipts, rep.Checkpoints)
+	if receiptsOut != "" {
+		if err := os.WriteFile(receiptsOut, buf.Bytes(), 0o644); err != nil {
+			return failure("%v", err)
+		}
+		if err := os.WriteFile(pubkeyOut, receipt.EncodePublicKey(gw.PublicKey()), 0o644); err != nil {
+			return failure("%v", err)
+		}
+		fmt.Fprintf(out, "wrote %s and %s: try 'toolgate receipts verify %s --pubkey %s'\n", receiptsOut, pubkeyOut, receiptsOut, pubkeyOut)
+	}
 	return nil
 }
 
