@@ -1,0 +1,337 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+)
+
+// TestReopen: sequences, the receipt chain and follow cursors continue
+// across restarts, and the export of the whole chain verifies.
+func TestReopen(t *testing.T) {
+	path := tempDB(t)
+	ctx := context.Background()
+	var lastHash string
+	var cursor string
+	for round := range 3 {
+		s, err := Open(ctx, path, Options{Signer: signerN(1)})
+		if err != nil {
+			t.Fatalf("round %d: Open: %v", round, err)
+		}
+		var n int
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 1", round, n, err)
+		}
+		if round > 0 {
+			// A follower resuming with a cursor from before the restart
+			// gets exactly the events after it.
+			ch, err := s.Follow(ctx, "acme", cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case f := <-ch:
+				if f.Event.Sequence != int64(4*round-1) {
+					t.Fatalf("round %d: resumed follower got seq %d, want %d", round, f.Event.Sequence, 4*round-1)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("resumed follower got nothing")
+			}
+		}
+		for i := range 4 {
+			ev := event(t, "acme", "run_r", i, 0)
+			if err := s.AppendEvents(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(4*round + i); ev.Sequence != want {
+				t.Fatalf("round %d: Sequence %d, want %d", round, ev.Sequence, want)
+			}
+			r := rcpt(fmt.Sprint(round, "_", i))
+			if err := s.AppendReceipt(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if want := uint64(4*round + i); r.Seq != want || (r.Seq > 0 && r.PrevHash != lastHash) {
+				t.Fatalf("round %d: receipt seq %d prev %q, want %d after %q", round, r.Seq, r.PrevHash, want, lastHash)
+			}
+			lastHash = r.Hash
+		}
+		evs, _, err := s.EventsByTime(ctx, "acme", time.Time{}, time.Time{}, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = cursorOf(t, s, evs[len(evs)-2].EventID)
+		if rep := verifyExport(t, s); rep.Receipts != 4*(round+1) {
+			t.Fatalf("round %d: export has %d receipts", round, rep.Receipts)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+}
+
+// cursorOf returns the follow cursor of event id, read with FromStart.
+func cursorOf(t testing.TB, s *Store, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := s.Follow(ctx, "acme", store.FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range ch {
+		if f.Event.EventID == id {
+			return f.Cursor
+		}
+	}
+	t.Fatalf("event %s not followed", id)
+	return ""
+}
+
+// TestReopenOtherKey: a new signing key starts a new chain; the old one
+// stays readable and verifiable with its key.
+func TestReopenOtherKey(t *testing.T) {
+	path := tempDB(t)
+	ctx := context.Background()
+	s1, err := Open(ctx, path, Options{Signer: signerN(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s1.AppendReceipt(ctx, rcpt(fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldChain, oldKey := s1.ChainID(), s1.PublicKey()
+	s1.Close()
+	s2 := openAt(t, path, Options{Signer: signerN(2)})
+	r := rcpt("b0")
+	if err := s2.AppendReceipt(ctx, r); err != nil || r.Seq != 0 || r.ChainID == oldChain {
+		t.Fatalf("first receipt of the new key: seq %d chain %s, %v", r.Seq, r.ChainID, err)
+	}
+	var buf bytes.Buffer
+	if err := s2.ExportReceipts(ctx, &buf, oldChain, 0); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := receipt.Verify(&buf, oldKey, receipt.VerifyOptions{}); err != nil || rep.Receipts != 3 {
+		t.Fatalf("old chain: %v, %v", rep, err)
+	}
+	if rep := verifyExport(t, s2); rep.Receipts != 1 {
+		t.Fatalf("new chain: %d receipts", rep.Receipts)
+	}
+}
+
+// TestUncoveredHeadCheckpointedOnOpen: a database whose chain head has no
+// checkpoint (written by something else) gets one on Open.
+func TestUncoveredHeadCheckpointedOnOpen(t *testing.T) {
+	path := tempDB(t)
+	ctx := context.Background()
+	s := openAt(t, path, Options{})
+	for i := range 3 {
+		if err := s.AppendReceipt(ctx, rcpt(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM checkpoints"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s = openAt(t, path, Options{})
+	cps, err := s.Checkpoints(ctx, s.ChainID(), 0, 10)
+	if err != nil || len(cps) != 1 || cps[0].Seq != 2 {
+		t.Fatalf("checkpoints after open: %v, %v; want one at seq 2", cps, err)
+	}
+	if rep := verifyExport(t, s); rep.Receipts != 3 {
+		t.Fatalf("export: %d receipts", rep.Receipts)
+	}
+}
+
+func TestMigrations(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", tempDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	applied, err := migrate(ctx, conn, migrationFS)
+	if err != nil || !slices.Equal(applied, []int{1}) {
+		t.Fatalf("first migrate: %v, %v; want [1]", applied, err)
+	}
+	applied, err = migrate(ctx, conn, migrationFS)
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("second migrate: %v, %v; want none", applied, err)
+	}
+	// A later migration applies alone; a failing one applies nothing.
+	next := fstest.MapFS{
+		"migrations/0001_init.sql":  {Data: []byte("SELECT 1")},
+		"migrations/0002_extra.sql": {Data: []byte("CREATE TABLE extra (x INTEGER); CREATE INDEX extra_x ON extra (x);")},
+	}
+	if applied, err := migrate(ctx, conn, next); err != nil || !slices.Equal(applied, []int{2}) {
+		t.Fatalf("migrate 0002: %v, %v; want [2]", applied, err)
+	}
+	broken := fstest.MapFS{
+		"migrations/0001_init.sql":  {Data: []byte("SELECT 1")},
+		"migrations/0002_extra.sql": {Data: []byte("SELECT 1")},
+		"migrations/0003_good.sql":  {Data: []byte("CREATE TABLE good (x INTEGER)")},
+		"migrations/0004_bad.sql":   {Data: []byte("CREATE TABLE bad (x INTEGER); THIS IS NOT SQL")},
+	}
+	_, err = migrate(ctx, conn, broken)
+	if errcode.CodeOf(err) != errcode.AuditUnavailable {
+		t.Fatalf("failing migration: %v", err)
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_schema WHERE name IN ('good', 'bad')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a failed migration run left %d tables (%v)", n, err)
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("schema_migrations has %d rows (%v), want 2", n, err)
+	}
+	// A database from a newer build is refused.
+	if _, err := migrate(ctx, conn, migrationFS); errcode.CodeOf(err) != errcode.InvalidConfig {
+		t.Fatalf("migrate with an unknown applied version: %v, want invalid_config", err)
+	}
+	for _, bad := range []fstest.MapFS{
+		{"migrations/init.sql": {Data: []byte("SELECT 1")}},
+		{"migrations/0001_a.sql": {Data: []byte("SELECT 1")}, "migrations/01_b.sql": {Data: []byte("SELECT 1")}},
+	} {
+		if _, err := loadMigrations(bad); err == nil {
+			t.Errorf("loadMigrations(%v) accepted bad names", bad)
+		}
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		path string
+		opts Options
+		code errcode.Code
+	}{
+		{"no signer", tempDB(t), Options{}, errcode.InvalidArgument},
+		{"bad synchronous", tempDB(t), Options{Signer: signerN(1), Synchronous: "off"}, errcode.InvalidArgument},
+		{"negative size", tempDB(t), Options{Signer: signerN(1), QueueSize: -1}, errcode.InvalidArgument},
+		{"question mark", tempDB(t) + "?mode=ro", Options{Signer: signerN(1)}, errcode.InvalidArgument},
+		{"missing directory", filepath.Join(t.TempDir(), "no", "such", "dir", "x.db"), Options{Signer: signerN(1)}, errcode.AuditUnavailable},
+	} {
+		s, err := Open(ctx, c.path, c.opts)
+		if err == nil {
+			s.Close()
+		}
+		if errcode.CodeOf(err) != c.code {
+			t.Errorf("%s: Open = %v, want %s", c.name, err, c.code)
+		}
+	}
+	for _, c := range []struct {
+		sync string
+		want int
+	}{{"", 1}, {"normal", 1}, {"FULL", 2}} {
+		s := openAt(t, tempDB(t), Options{Synchronous: c.sync})
+		var got int
+		err := s.runOp(ctx, "test", func(w *writer) error {
+			return w.conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&got)
+		})
+		if err != nil || got != c.want {
+			t.Errorf("synchronous %q: PRAGMA synchronous = %d (%v), want %d", c.sync, got, err, c.want)
+		}
+		var mode string
+		if err := s.rdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			t.Errorf("journal_mode = %q (%v), want wal", mode, err)
+		}
+		// The read pool cannot write.
+		if _, err := s.rdb.ExecContext(ctx, "DELETE FROM events"); err == nil {
+			t.Error("the read pool can write")
+		}
+	}
+	// A file that is not a database.
+	junk := filepath.Join(t.TempDir(), "junk.db")
+	if err := os.WriteFile(junk, bytes.Repeat([]byte("not a database "), 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(ctx, junk, Options{Signer: signerN(1)}); errcode.CodeOf(err) != errcode.AuditUnavailable {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open(junk) = %v, want audit_unavailable", err)
+	}
+}
+
+// TestWALRestarts: once the WAL is large, the writer checkpoints between
+// batches so that the next transaction restarts the WAL from its
+// beginning.
+func TestWALRestarts(t *testing.T) {
+	s := openAt(t, tempDB(t), Options{})
+	s.ckpt.close() // this test runs the checkpoints itself
+	ctx := context.Background()
+	for i := range 40 {
+		batch := make([]*audit.Event, 50)
+		for j := range batch {
+			batch[j] = event(t, "acme", fmt.Sprint("run_", j), i, 200)
+		}
+		if err := s.AppendEvents(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing was copied back yet (no background checkpointer): a large
+	// WAL. The writer's own checkpoint, due once it sees the WAL size, is
+	// what lets the transaction after it restart the WAL.
+	s.ckpt.frames.Store(hardWALFrames) // seen after the next batch
+	for i := range 2 {
+		if err := s.AppendEvents(ctx, event(t, "acme", "run_x", i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := walCheckpoint(ctx, s.cdb)
+	if err != nil || after > 20 {
+		t.Fatalf("after the restart the WAL holds %d frames (%v), want only the last batch's", after, err)
+	}
+	if evs, _ := s.EventsByRun(ctx, "acme", "run_x", -1, 10); len(evs) != 2 {
+		t.Fatalf("run_x has %d events", len(evs))
+	}
+
+	// Past the soft limit the writer restarts the WAL as soon as it idles.
+	for i := range 20 {
+		if err := s.AppendEvents(ctx, event(t, "acme", "run_y", i, 200)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ckpt.frames.Store(softWALFrames)
+	if err := s.AppendEvents(ctx, event(t, "acme", "run_y", 20, 0)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for s.ckpt.frames.Load() != 0 { // restartWAL resets it
+		if time.Now().After(deadline) {
+			t.Fatal("the idle writer did not checkpoint")
+		}
+		runtime.Gosched()
+	}
+	if err := s.AppendEvents(ctx, event(t, "acme", "run_y", 21, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := walCheckpoint(ctx, s.cdb); err != nil || after > 20 {
+		t.Fatalf("after the idle restart the WAL holds %d frames (%v)", after, err)
+	}
+}

@@ -1,0 +1,362 @@
+// Package sqlite is toolgate's embedded durable store.Store: one SQLite
+// database file (pure Go, modernc.org/sqlite) in WAL mode, with group
+// commit.
+//
+// # Durability
+//
+// Every write (events, receipts, approvals, sessions) returns only after the
+// transaction holding it has committed: durable before visible (DESIGN.md
+// decision 7). Options.Synchronous chooses what "durable" survives:
+//
+//   - "normal" (default): a commit is written to the WAL file before it
+//     returns, without fsync. It survives a crash or kill -9 of the process,
+//     not a power loss or kernel crash (the last commits may be lost; the
+//     database stays consistent).
+//   - "full": the WAL is fsynced at every commit; it survives power loss.
+//
+// # Group commit
+//
+// One writer goroutine owns the only write connection. Callers hand it
+// requests through a bounded queue (Options.QueueSize): a caller blocks,
+// honouring its ctx, while the queue is full (back-pressure: nothing is
+// dropped and nothing grows without bound). The writer opens a transaction
+// with the first request it takes and applies every request it can take
+// without waiting. It commits when the batch holds Options.MaxBatch items
+// (events or receipts; a request is never split), when Options.MaxDelay has
+// passed since the batch began, or when the queue is empty. In the last
+// case, if the previous batch held more requests than this one, it first
+// waits for more as long as they keep arriving (each within 250 µs of the
+// last), until it has as many or the deadline passes: the callers it just
+// released are about to come back, and a few hundred microseconds of
+// waiting buy a batch several times larger. A lone caller never waits.
+// Events of a batch are inserted with multi-row statements.
+//
+// Each caller returns once the transaction holding its items has committed
+// (or failed). Once a request is queued its caller waits for that outcome
+// whatever its ctx says, so an error always means nothing was stored; a
+// request whose ctx ended before the writer reached it is skipped and fails
+// with Cancelled or Timeout.
+//
+// # Receipts and checkpoints
+//
+// The writer links receipts through the store's receipt.Chain
+// (AppendWith) inside the transaction, so seq order is commit order and
+// there are no gaps. A batch that linked receipts also signs a checkpoint
+// over the new head and stores it in the same transaction: every committed
+// receipt is covered by a committed checkpoint at all times, not only when
+// the writer is idle. The window is zero; the price is one Ed25519
+// signature per batch (tens of µs), not per receipt. On Open, the chain
+// resumes after the last stored receipt of the signer's chain
+// (receipt.ResumeChain), and an uncovered head (from an older version) is
+// checkpointed at once.
+//
+// # Failures
+//
+// If anything in a batch fails at the storage level (disk full, I/O error,
+// read-only file, a failed COMMIT), the transaction is rolled back and every
+// caller in the batch gets *errcode.Error AuditUnavailable: nothing of the
+// batch is stored. The writer then restores its in-memory state to the last
+// commit: the per-run sequence cache is dropped and the chain is resumed
+// from the last committed receipt, so the next receipt takes the seq the
+// failed batch would have used and the chain never has a gap or a fork. The
+// next batch tries again; the store recovers by itself when the cause goes
+// away. Errors of one request (an invalid receipt, a duplicate id, an
+// approval in the wrong state) fail that request only; the rest of the
+// batch commits.
+//
+// # Reads
+//
+// Reads use a separate pool of read-only connections; in WAL mode they
+// never block the writer and see only committed data. Follow is served by a
+// store.Feed fed by the writer after each commit.
+//
+// WAL checkpoints (copying the WAL back into the database file) run on a
+// third connection in their own goroutine, at most every 20 ms after
+// commits, so their copying does not stall commits. Once the WAL holds
+// 16 MiB, the writer runs one short checkpoint itself when it is idle, or
+// between two batches once it holds 128 MiB under load that never lets it
+// idle; that lets the WAL restart from its beginning, so it stays bounded.
+//
+// # Schema
+//
+// The schema is a set of embedded, numbered migrations
+// (migrations/NNNN_name.sql), applied on Open in one transaction and
+// recorded in the schema_migrations table; reopening applies nothing. A
+// database that records a version this build does not know (written by a
+// newer toolgate) is refused with InvalidConfig.
+//
+// One Store must own a database file: two processes (or two Stores) writing
+// the same file would disagree on sequences and chain heads (their writes
+// then fail with AuditUnavailable rather than corrupt anything).
+package sqlite
+
+import (
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Defaults of Options.
+const (
+	DefaultMaxBatch  = 512
+	DefaultMaxDelay  = 2 * time.Millisecond
+	DefaultQueueSize = 1024
+)
+
+// Options configures Open. Only Signer is required.
+type Options struct {
+	// Synchronous is "normal" (default; survives a process crash) or "full"
+	// (survives power loss); see the package doc. Case-insensitive.
+	Synchronous string
+	// Signer signs the receipt chain; its key id is the chain id. Required.
+	Signer *receipt.Signer
+	// MaxBatch bounds the items (events and receipts) of one transaction;
+	// a single request larger than MaxBatch still commits whole. 0 means
+	// DefaultMaxBatch.
+	MaxBatch int
+	// MaxDelay bounds how long a batch keeps taking (or waiting for)
+	// requests after its first one, and so the added wait for durability.
+	// 0 means DefaultMaxDelay.
+	MaxDelay time.Duration
+	// QueueSize bounds the requests waiting for the writer; callers block
+	// (honouring ctx) while it is full. 0 means DefaultQueueSize.
+	QueueSize int
+	// FollowBuffer is each follower's live buffer in events
+	// (store.FeedOptions.Buffer); 0 means 256.
+	FollowBuffer int
+	// ReadConns bounds the read-only connection pool; 0 means 4.
+	ReadConns int
+	// Logger receives operator logs (failed batches, recoveries); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// Store is the SQLite backend. All methods are safe for concurrent use.
+type Store struct {
+	path   string
+	signer *receipt.Signer
+	log    *slog.Logger
+	wdb    *sql.DB // one connection, owned by the writer
+	rdb    *sql.DB // read-only pool
+	cdb    *sql.DB // one connection, owned by the checkpointer
+	ckpt   *checkpointer
+	w      *writer
+	feed   *store.Feed
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Open opens (creating it if needed) the database at path, applies the
+// pending schema migrations in one transaction, resumes the receipt chain
+// of opts.Signer and starts the writer. Close releases it.
+//
+// Errors (*errcode.Error): InvalidArgument for a nil Signer, an unknown
+// Synchronous value, negative sizes, or a path containing '?';
+// InvalidConfig if the database's schema is newer than this build knows;
+// AuditUnavailable if the file cannot be opened, put in WAL mode or
+// migrated, or the stored chain head is corrupt.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	syncMode, err := checkOptions(path, &opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, signer: opts.Signer, log: opts.Logger}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeDBs()
+		}
+	}()
+	s.wdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous("+syncMode+")"+
+		"&_pragma=wal_autocheckpoint(0)&_pragma=cache_size(-32768)&_pragma=temp_store(MEMORY)")
+	if err != nil {
+		return nil, store.Unavailable("open store", err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	conn, err := s.wdb.Conn(ctx)
+	if err != nil {
+		return nil, store.Unavailable("open store "+path, err)
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		conn.Close()
+		return nil, store.Unavailable("open store: journal mode", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		conn.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "open store %s: journal mode is %q, WAL is required", path, mode)
+	}
+	if _, err := migrate(ctx, conn, migrationFS); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.rdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		conn.Close()
+		return nil, store.Unavailable("open store", err)
+	}
+	reads := opts.ReadConns
+	if reads <= 0 {
+		reads = 4
+	}
+	s.rdb.SetMaxOpenConns(reads)
+	s.rdb.SetMaxIdleConns(reads)
+	s.cdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=synchronous("+syncMode+")")
+	if err != nil {
+		conn.Close()
+		return nil, store.Unavailable("open store", err)
+	}
+	s.cdb.SetMaxOpenConns(1)
+	w, err := newWriter(ctx, conn, s, opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.w = w
+	s.ckpt = newCheckpointer(s.cdb, s.log)
+	w.ckpt = s.ckpt
+	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log})
+	w.feed = s.feed
+	go w.run()
+	ok = true
+	return s, nil
+}
+
+// checkOptions validates opts, fills defaults and returns the synchronous
+// pragma value.
+func checkOptions(path string, opts *Options) (string, error) {
+	bad := func(field, format string, args ...any) (string, error) {
+		return "", errcode.Errorf(errcode.InvalidArgument, "open store: "+format, args...).
+			WithDetails(map[string]any{"field": field})
+	}
+	if opts.Signer == nil {
+		return bad("signer", "a signer is required")
+	}
+	if path == "" || strings.ContainsRune(path, '?') {
+		return bad("path", "path %q is empty or contains '?'", path)
+	}
+	mode := ""
+	switch strings.ToLower(opts.Synchronous) {
+	case "", "normal":
+		mode = "NORMAL"
+	case "full":
+		mode = "FULL"
+	default:
+		return bad("synchronous", "synchronous must be normal or full, not %q", opts.Synchronous)
+	}
+	if opts.MaxBatch < 0 || opts.MaxDelay < 0 || opts.QueueSize < 0 || opts.FollowBuffer < 0 || opts.ReadConns < 0 {
+		return bad("options", "sizes and delays must not be negative")
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.MaxDelay == 0 {
+		opts.MaxDelay = DefaultMaxDelay
+	}
+	if opts.QueueSize == 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return mode, nil
+}
+
+// Close stops accepting writes, lets the writer commit what is queued,
+// closes every follower's channel and closes the database. Idempotent; it
+// returns the first close error (as AuditUnavailable) every time.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.w.stopAndWait()
+		s.ckpt.close()
+		s.feed.Close()
+		if err := s.closeDBs(); err != nil {
+			s.closeErr = store.Unavailable("close store", err)
+		}
+	})
+	return s.closeErr
+}
+
+// closeDBs closes the writer's statements and connection and both pools.
+func (s *Store) closeDBs() error {
+	var errs []error
+	if s.w != nil {
+		errs = append(errs, s.w.close())
+	}
+	if s.wdb != nil {
+		errs = append(errs, s.wdb.Close())
+	}
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	if s.cdb != nil {
+		errs = append(errs, s.cdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// readable checks ctx and that the store is open.
+func (s *Store) readable(ctx context.Context, op string) error {
+	if err := store.ContextError(ctx, op); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return store.ErrClosed(op)
+	}
+	return nil
+}
+
+// ChainID implements store.Receipts.ChainID.
+func (s *Store) ChainID() string { return s.signer.KeyID() }
+
+// PublicKey implements store.Receipts.PublicKey.
+func (s *Store) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
+
+// timeLayout is the stored form of times: fixed width, so that the strings
+// sort as the times they encode (years 0000–9999).
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// fmtTime returns t's stored form; "" for the zero time.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+// parseTime parses a stored time; "" is the zero time.
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,657 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+)
+
+// reqKind tells what a request carries.
+type reqKind uint8
+
+const (
+	kindEvents  reqKind = iota // events: append them
+	kindReceipt                // rcpt: link and store it
+	kindOp                     // op: run it in the transaction
+)
+
+// request is one caller's write, owned by the writer from the moment it is
+// queued until done is signalled.
+type request struct {
+	kind   reqKind
+	ctx    context.Context
+	events []*audit.Event
+	rcpt   *receipt.Receipt
+	op     func(w *writer) error
+
+	seqs []int64 // kindEvents: the sequence of each event
+	err  error
+	done chan struct{} // receives one value when the request is finished
+}
+
+// size is the request's item count for MaxBatch.
+func (r *request) size() int {
+	if r.kind == kindEvents {
+		return len(r.events)
+	}
+	return 1
+}
+
+var requestPool = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+// runKey identifies a run.
+type runKey struct{ tenant, runID string }
+
+// lingerGap is how long the writer waits for the next request of a batch
+// it expects to grow (see commitBatch) before it commits.
+const lingerGap = 250 * time.Microsecond
+
+// maxSeqCache bounds the per-run sequence cache; past it, the cache is
+// dropped and rebuilt from the database on demand.
+const maxSeqCache = 1 << 16
+
+// errFatal marks a storage failure inside AppendWith's commit callback (the
+// cause is in writer.fatal).
+var errFatal = errors.New("storage failure")
+
+// writer is the group-commit writer: one goroutine that owns the write
+// connection.
+type writer struct {
+	conn     *sql.Conn
+	st       stmts
+	signer   *receipt.Signer
+	log      *slog.Logger
+	maxBatch int
+	maxDelay time.Duration
+	feed     *store.Feed
+	ckpt     *checkpointer
+
+	reqs    chan *request
+	timer   *time.Timer // the linger timer; stopped when idle
+	stop    chan struct{}
+	done    chan struct{}
+	closing atomic.Bool
+	stopped sync.Once
+
+	// Writer goroutine state.
+	chain     *receipt.Chain
+	headBody  []byte           // canonical body of the last committed receipt of chain, nil if none
+	broken    error            // the chain could not be restored: every write fails
+	lastPos   int64            // pos of the last committed event
+	seqs      map[runKey]int64 // next sequence per run, as committed
+	pending   map[runKey]int64 // next sequence per run, changed in the open transaction
+	prevReqs  int              // requests in the previous batch
+	batch     []*request       // the open transaction's requests
+	stage     stager           // events waiting for a multi-row insert
+	recs      []store.Record   // events stored in the open transaction, in pos order
+	linked    []byte           // canonical body of the last receipt linked in the open transaction
+	fatal     error            // the storage failure that dooms the open transaction
+	failHook  atomic.Pointer[func() error]
+	batchHook func(n int) // tests: called with each committed batch's request count
+}
+
+// stmts are the writer's prepared statements, bound to its connection.
+type stmts struct {
+	insertEvent, findEvent, maxSeq       *sql.Stmt
+	insertReceipt, insertCheckpoint      *sql.Stmt
+	insertApproval, findApproval         *sql.Stmt
+	updateApproval                       *sql.Stmt
+	insertSession, findSession, closeSes *sql.Stmt
+}
+
+// newWriter prepares the writer on conn: statements, the last event
+// position, and the chain resumed after the last stored receipt (its head
+// checkpointed if no stored checkpoint covers it).
+func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options) (*writer, error) {
+	w := &writer{
+		conn: conn, signer: opts.Signer, log: s.log, maxBatch: opts.MaxBatch, maxDelay: opts.MaxDelay,
+		reqs: make(chan *request, opts.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
+		seqs: map[runKey]int64{}, pending: map[runKey]int64{}, timer: time.NewTimer(time.Hour),
+	}
+	w.timer.Stop()
+	var err error
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&w.st.insertEvent, `INSERT INTO events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`},
+		{&w.st.findEvent, `SELECT ` + eventCols + ` FROM events WHERE event_id = ?`},
+		{&w.st.maxSeq, `SELECT MAX(seq) FROM events WHERE tenant = ? AND run_id = ?`},
+		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (receipt_id) DO NOTHING`},
+		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
+		{&w.st.insertApproval, `INSERT INTO approvals (id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{&w.st.findApproval, `SELECT ` + approvalCols + ` FROM approvals WHERE id = ?`},
+		{&w.st.updateApproval, `UPDATE approvals SET status = ?, resolved_by = ?, reason = ?, resolved_at = ? WHERE id = ?`},
+		{&w.st.insertSession, `INSERT INTO sessions (session_id, tenant, run_id, tool_id, server, opened_at, closed_at, outcome)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING`},
+		{&w.st.findSession, `SELECT ` + sessionCols + ` FROM sessions WHERE session_id = ?`},
+		{&w.st.closeSes, `UPDATE sessions SET closed_at = ?, outcome = ? WHERE session_id = ?`},
+	} {
+		if *p.dst, err = conn.PrepareContext(ctx, p.q); err != nil {
+			w.close()
+			return nil, store.Unavailable("open store: prepare", err)
+		}
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(pos), 0) FROM events").Scan(&w.lastPos); err != nil {
+		w.close()
+		return nil, store.Unavailable("open store: last event", err)
+	}
+	if err := w.resume(ctx); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// resume loads the chain head of the signer's chain and checkpoints it if
+// no stored checkpoint covers it.
+func (w *writer) resume(ctx context.Context) error {
+	var body []byte
+	err := w.conn.QueryRowContext(ctx, "SELECT body FROM receipts WHERE chain_id = ? ORDER BY seq DESC LIMIT 1", w.signer.KeyID()).Scan(&body)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		w.chain = receipt.NewChain(w.signer, receipt.Options{})
+		return nil
+	case err != nil:
+		return store.Unavailable("open store: chain head", err)
+	}
+	head := new(receipt.Receipt)
+	if err := head.UnmarshalJSON(body); err != nil {
+		return errcode.Wrap(errcode.AuditUnavailable, err, "open store: decode chain head")
+	}
+	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{})
+	if err != nil {
+		return errcode.Wrap(errcode.AuditUnavailable, err, "open store: resume chain")
+	}
+	w.chain, w.headBody = chain, body
+	var covered sql.NullInt64
+	if err := w.conn.QueryRowContext(ctx, "SELECT MAX(seq) FROM checkpoints WHERE chain_id = ?", w.signer.KeyID()).Scan(&covered); err != nil {
+		return store.Unavailable("open store: checkpoints", err)
+	}
+	if covered.Valid && uint64(covered.Int64) >= head.Seq {
+		return nil
+	}
+	cp, ok := chain.Checkpoint()
+	if !ok {
+		return nil
+	}
+	cpBody, err := cp.MarshalJSON()
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "open store: encode checkpoint")
+	}
+	if _, err := w.st.insertCheckpoint.ExecContext(ctx, cp.ChainID, int64(cp.Seq), cpBody); err != nil {
+		return store.Unavailable("open store: store checkpoint", err)
+	}
+	w.log.Info("store: checkpointed an uncovered chain head", "chain", cp.ChainID, "seq", cp.Seq)
+	return nil
+}
+
+// close closes the prepared statements (not the connection's pool).
+func (w *writer) close() error {
+	errs := w.closeStage()
+	for _, st := range []*sql.Stmt{w.st.insertEvent, w.st.findEvent, w.st.maxSeq, w.st.insertReceipt, w.st.insertCheckpoint,
+		w.st.insertApproval, w.st.findApproval, w.st.updateApproval, w.st.insertSession, w.st.findSession, w.st.closeSes} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if w.conn != nil {
+		errs = append(errs, w.conn.Close())
+		w.conn = nil
+	}
+	return errors.Join(errs...)
+}
+
+// submit queues r and waits for its outcome. It blocks while the queue is
+// full (back-pressure), giving up when r.ctx ends; once r is queued it
+// waits for the writer whatever r.ctx says, so that an error always means
+// nothing was stored.
+func (w *writer) submit(op string, r *request) error {
+	if w.closing.Load() {
+		return store.ErrClosed(op)
+	}
+	select {
+	case w.reqs <- r:
+	case <-r.ctx.Done():
+		return store.ContextError(r.ctx, op)
+	case <-w.done:
+		return store.ErrClosed(op)
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-w.done:
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return store.ErrClosed(op) // queued after the writer's last look: never applied
+		}
+	}
+}
+
+// stopAndWait makes the writer commit what is queued and exit, and waits
+// for it.
+func (w *writer) stopAndWait() {
+	w.stopped.Do(func() {
+		w.closing.Store(true)
+		close(w.stop)
+	})
+	<-w.done
+}
+
+// run is the writer goroutine.
+func (w *writer) run() {
+	defer close(w.done)
+	for {
+		r := w.next()
+		if r == nil {
+			return
+		}
+		w.commitBatch(r)
+	}
+}
+
+// next waits for the first request of the next batch; nil means the writer
+// must exit (stop was requested and the queue is empty). While it waits it
+// lets the WAL restart when that is due (see checkpointer).
+func (w *writer) next() *request {
+	if frames := w.ckpt.frames.Load(); frames >= hardWALFrames {
+		w.restartWAL()
+	} else if frames >= softWALFrames {
+		w.timer.Reset(idleRestart)
+		select {
+		case r := <-w.reqs:
+			w.timer.Stop()
+			return r
+		case <-w.timer.C:
+			w.restartWAL()
+		case <-w.stop:
+			w.timer.Stop()
+		}
+	}
+	select {
+	case r := <-w.reqs:
+		return r
+	case <-w.stop:
+		select {
+		case r := <-w.reqs:
+			return r
+		default:
+			return nil
+		}
+	}
+}
+
+// restartWAL checkpoints from the writer's connection, between two
+// transactions, so that its next transaction restarts the WAL.
+func (w *writer) restartWAL() {
+	w.ckpt.frames.Store(0) // until the next background pass says otherwise
+	if _, err := walCheckpoint(context.Background(), w.conn); err != nil {
+		w.log.Warn("store: WAL checkpoint failed", "err", err)
+	}
+}
+
+// commitBatch runs one transaction: it applies first and then every queued
+// request it can take without waiting (up to maxBatch items and maxDelay),
+// checkpoints the chain if receipts were linked, commits, and finishes every
+// request.
+func (w *writer) commitBatch(first *request) {
+	w.batch, w.recs, w.linked, w.fatal = w.batch[:0], w.recs[:0], nil, nil
+	clear(w.pending)
+	if _, err := w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		w.fatal = err
+		w.batch = append(w.batch, first)
+		w.finish()
+		return
+	}
+	deadline := time.Now().Add(w.maxDelay)
+	items := 0
+	r := first
+take:
+	for {
+		w.batch = append(w.batch, r)
+		items += r.size()
+		w.apply(r)
+		if w.fatal != nil || items >= w.maxBatch || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case r = <-w.reqs:
+			continue
+		default:
+		}
+		// The queue is empty. Under concurrency the callers of the previous
+		// batch are about to come back: wait for as many requests as it
+		// had, as long as they keep coming (each within lingerGap of the
+		// last), until the deadline. A lone caller (previous batch of one)
+		// never waits.
+		if len(w.batch) >= w.prevReqs {
+			break
+		}
+		wait := min(lingerGap, time.Until(deadline))
+		if wait <= 0 {
+			break
+		}
+		w.timer.Reset(wait)
+		select {
+		case r = <-w.reqs:
+			w.timer.Stop()
+		case <-w.timer.C:
+			break take
+		case <-w.stop:
+			w.timer.Stop()
+			break take
+		}
+	}
+	w.prevReqs = len(w.batch)
+	if w.fatal == nil {
+		w.flush()
+	}
+	if w.fatal == nil && w.linked != nil {
+		w.checkpoint()
+	}
+	if w.fatal == nil {
+		if hook := w.failHook.Load(); hook != nil {
+			w.fatal = (*hook)()
+		}
+	}
+	if w.fatal == nil {
+		if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
+			w.fatal = err
+		}
+	}
+	w.finish()
+}
+
+// apply runs one request inside the open transaction, setting r.err for a
+// failure of r alone and w.fatal for a storage failure.
+func (w *writer) apply(r *request) {
+	if err := store.ContextError(r.ctx, "store write"); err != nil {
+		r.err = err
+		return
+	}
+	if w.broken != nil {
+		w.fatal = w.broken
+		return
+	}
+	switch r.kind {
+	case kindEvents:
+		w.stageEvents(r)
+	case kindReceipt:
+		r.err = w.applyReceipt(r)
+	case kindOp:
+		err := r.op(w)
+		if err != nil && errcode.As(err) == nil {
+			w.fatal = err
+		}
+		r.err = err
+	}
+}
+
+// checkpoint signs the chain's new head and stores the checkpoint in the
+// open transaction.
+func (w *writer) checkpoint() {
+	cp, ok := w.chain.Checkpoint()
+	if !ok {
+		return
+	}
+	body, err := cp.MarshalJSON()
+	if err == nil {
+		_, err = w.st.insertCheckpoint.Exec(cp.ChainID, int64(cp.Seq), body)
+	}
+	if err != nil {
+		w.fatal = err
+	}
+}
+
+// finish ends the open transaction: on success it publishes the state and
+// results; on a storage failure it rolls back, restores the in-memory state
+// to the last commit and fails every request of the batch with
+// AuditUnavailable. Then it signals every request.
+func (w *writer) finish() {
+	if w.fatal != nil {
+		w.rollback()
+	} else {
+		for k, v := range w.pending {
+			w.seqs[k] = v
+		}
+		if len(w.seqs) > maxSeqCache {
+			clear(w.seqs)
+		}
+		if w.linked != nil {
+			w.headBody = w.linked
+		}
+		if n := len(w.recs); n > 0 {
+			w.lastPos = w.recs[n-1].Pos
+			w.feed.Publish(w.recs)
+		}
+		for _, r := range w.batch {
+			if r.kind == kindEvents && r.err == nil {
+				for i, ev := range r.events {
+					ev.Sequence = r.seqs[i]
+				}
+			}
+		}
+		if w.batchHook != nil {
+			w.batchHook(len(w.batch))
+		}
+	}
+	committed := w.fatal == nil
+	for _, r := range w.batch {
+		r.done <- struct{}{}
+	}
+	clear(w.batch)
+	clear(w.recs)
+	w.linked = nil
+	if committed {
+		w.ckpt.committed()
+	}
+}
+
+// rollback undoes the failed transaction and the writer's in-memory state.
+func (w *writer) rollback() {
+	cause := w.fatal
+	if _, err := w.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		w.log.Debug("store: rollback", "err", err) // SQLite may have rolled back already
+	}
+	clear(w.seqs)
+	clear(w.pending)
+	w.resetStage()
+	if w.linked != nil {
+		if err := w.restoreChain(); err != nil {
+			w.broken = err
+			w.log.Error("store: cannot restore the receipt chain; refusing every write", "err", err)
+		}
+	}
+	w.log.Error("store: batch failed, nothing of it was stored", "requests", len(w.batch), "err", cause)
+	for _, r := range w.batch {
+		if r.kind == kindReceipt && r.rcpt != nil && r.rcpt.Hash != "" {
+			r.rcpt.ChainID, r.rcpt.Seq, r.rcpt.PrevHash, r.rcpt.Hash, r.rcpt.Sig = "", 0, "", "", ""
+		}
+		r.err = errcode.Wrap(errcode.AuditUnavailable, cause, "store write: the batch was not committed")
+	}
+}
+
+// exec runs statements on the write connection, stopping at the first
+// error.
+func (w *writer) exec(queries ...string) error {
+	for _, q := range queries {
+		if _, err := w.conn.ExecContext(context.Background(), q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreChain resumes the chain after the last committed receipt.
+func (w *writer) restoreChain() error {
+	var head *receipt.Receipt
+	if w.headBody != nil {
+		head = new(receipt.Receipt)
+		if err := head.UnmarshalJSON(w.headBody); err != nil {
+			return err
+		}
+	}
+	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{})
+	if err != nil {
+		return err
+	}
+	w.chain = chain
+	return nil
+}
+
+// nextSeq returns the next sequence of run k in the open transaction.
+func (w *writer) nextSeq(k runKey) (int64, error) {
+	if n, ok := w.pending[k]; ok {
+		return n, nil
+	}
+	if n, ok := w.seqs[k]; ok {
+		return n, nil
+	}
+	var max sql.NullInt64
+	if err := w.st.maxSeq.QueryRow(k.tenant, k.runID).Scan(&max); err != nil {
+		return 0, err
+	}
+	if !max.Valid {
+		return 0, nil
+	}
+	return max.Int64 + 1, nil
+}
+
+// applyEvents stores r's new events one by one, reusing the stored
+// sequence of events already stored (idempotent re-append); flush falls
+// back to it. A multi-event request runs in a savepoint so that a conflict
+// undoes its earlier inserts.
+func (w *writer) applyEvents(r *request) error {
+	multi := len(r.events) > 1
+	var undo map[runKey]int64 // pending values before this request; -1: absent
+	if multi {
+		if _, err := w.conn.ExecContext(context.Background(), "SAVEPOINT req"); err != nil {
+			w.fatal = err
+			return nil
+		}
+		undo = map[runKey]int64{}
+	}
+	recs := len(w.recs)
+	for i, ev := range r.events {
+		k := runKey{ev.Tenant, ev.RunID}
+		n, err := w.nextSeq(k)
+		if err != nil {
+			w.fatal = err
+			return nil
+		}
+		res, err := w.st.insertEvent.Exec(ev.EventID, ev.Tenant, ev.RunID, n, ev.Type, fmtTime(ev.Timestamp),
+			ev.CausationID, ev.SchemaVersion, []byte(ev.Payload))
+		if err != nil {
+			w.fatal = err
+			return nil
+		}
+		if affected, err := res.RowsAffected(); err != nil || affected == 0 {
+			if err != nil {
+				w.fatal = err
+				return nil
+			}
+			stored, _, err := scanEvent(w.st.findEvent.QueryRow(ev.EventID))
+			if err != nil {
+				w.fatal = err
+				return nil
+			}
+			if !store.SameEvent(&stored, ev) {
+				conflict := store.EventConflict(ev.EventID, i)
+				if multi {
+					if err := w.exec("ROLLBACK TO req", "RELEASE req"); err != nil {
+						w.fatal = err
+						return nil
+					}
+					for k, v := range undo {
+						if v < 0 {
+							delete(w.pending, k)
+						} else {
+							w.pending[k] = v
+						}
+					}
+					clear(w.recs[recs:])
+					w.recs = w.recs[:recs]
+				}
+				return conflict
+			}
+			r.seqs[i] = stored.Sequence
+			continue
+		}
+		pos, err := res.LastInsertId()
+		if err != nil {
+			w.fatal = err
+			return nil
+		}
+		if multi {
+			if _, seen := undo[k]; !seen {
+				old, ok := w.pending[k]
+				if !ok {
+					old = -1
+				}
+				undo[k] = old
+			}
+		}
+		w.pending[k] = n + 1
+		r.seqs[i] = n
+		stored := *ev
+		stored.Sequence = n
+		stored.Timestamp = ev.Timestamp.UTC()
+		w.recs = append(w.recs, store.Record{Pos: pos, Event: stored})
+	}
+	if multi {
+		if _, err := w.conn.ExecContext(context.Background(), "RELEASE req"); err != nil {
+			w.fatal = err
+			return nil
+		}
+	}
+	return nil
+}
+
+// applyReceipt links r.rcpt through the chain, storing it in the commit
+// callback so that a refused insert leaves the chain where it was.
+func (w *writer) applyReceipt(r *request) error {
+	rc := r.rcpt
+	var body []byte
+	err := w.chain.AppendWith(rc, func(rc *receipt.Receipt) error {
+		var err error
+		body, err = rc.MarshalJSON()
+		if err != nil {
+			return err // an *errcode.Error InvalidArgument
+		}
+		res, err := w.st.insertReceipt.Exec(rc.ChainID, int64(rc.Seq), rc.ReceiptID, rc.Tenant, body)
+		if err != nil {
+			w.fatal = err
+			return errFatal
+		}
+		affected, err := res.RowsAffected()
+		if err != nil {
+			w.fatal = err
+			return errFatal
+		}
+		if affected == 0 {
+			return errcode.Errorf(errcode.Conflict, "append receipt: receiptId %q is already stored", rc.ReceiptID).
+				WithDetails(map[string]any{"field": "receiptId"})
+		}
+		return nil
+	})
+	if errors.Is(err, errFatal) {
+		return nil
+	}
+	if err == nil {
+		w.linked = body
+	}
+	return err
+}
