@@ -251,9 +251,12 @@ func noPolicy() policy.Decision {
 
 // newID returns prefix (at most 8 bytes) followed by 32 lowercase hex
 // digits of randomness.
+// newID returns prefix + 32 hex digits: 48 bits of Unix milliseconds then
+// 80 random bits, so ids (call, run, receipt) are roughly time-ordered for
+// the stores' unique indexes (see audit.NewEventID).
 func newID(prefix string) string {
 	var b [16]byte
-	putUint64(b[:8], rand.Uint64())
+	putUint64(b[:8], uint64(time.Now().UnixMilli())<<16|rand.Uint64()&0xffff)
 	putUint64(b[8:], rand.Uint64())
 	var out [8 + 32]byte
 	n := copy(out[:8], prefix)
