@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -15,25 +18,80 @@ func newReceiptsCmd() *cobra.Command {
 		Use:   "receipts",
 		Short: "Verify signed, hash-chained receipts",
 	}
-	cmd.AddCommand(newReceiptsVerifyCmd())
+	cmd.AddCommand(newReceiptsVerifyCmd(), newReceiptsExportCmd())
+	return cmd
+}
+
+func newReceiptsExportCmd() *cobra.Command {
+	var file string
+	var from uint64
+	cmd := &cobra.Command{
+		Use:   "export --config FILE [--from SEQ]",
+		Short: "Write the store's receipts and checkpoints as a JSON Lines file to stdout",
+		Long: `Export the gateway's receipt chain from the configured SQLite store, in chain order, with the
+signed checkpoints that cover it, as JSON Lines on standard output. The output verifies offline with
+'toolgate receipts verify FILE --pubkey KEY'. --from starts at a seq (the file then begins with the
+checkpoint that anchors it).`,
+		Example: `  toolgate receipts export --config toolgate.yaml > receipts.jsonl`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			st, err := openStore(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return st.ExportReceipts(cmd.Context(), cmd.OutOrStdout(), st.ChainID(), from)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
+	cmd.Flags().Uint64Var(&from, "from", 0, "first receipt seq to export")
+	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
 func newReceiptsVerifyCmd() *cobra.Command {
-	var pubkey string
+	var pubkey, cfgFile string
 	var jsonOut bool
 	cmd := &cobra.Command{
-		Use:   "verify FILE --pubkey KEYFILE",
+		Use:   "verify (FILE --pubkey KEYFILE | --config FILE)",
 		Short: "Verify a receipts file offline",
 		Long: `Verify a JSON Lines receipts file: every receipt's body hash, chain continuity (no gap, fork or
 reorder), every checkpoint's Ed25519 signature with the given public key, that every receipt is
 covered by a signature, the args-hash rule (requestedArgsHash != executedArgsHash needs a
 mutationSource) and failure honesty (durationMs iff the tool ran; error iff status is not ok).
 The nested call graph is rebuilt from parentCallId. The first failure is reported with its seq.
+With --config, the chain in the configured store is verified in place with the gateway's key.
 Exits 0 when the file verifies, 1 otherwise.`,
-		Example: `  toolgate receipts verify receipts.jsonl --pubkey toolgate.pub`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  toolgate receipts verify receipts.jsonl --pubkey toolgate.pub
+  toolgate receipts verify --config toolgate.yaml`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cfgFile != "" {
+				if len(args) != 0 || pubkey != "" {
+					return usage("--config verifies the store in place: give no FILE and no --pubkey")
+				}
+				cfg, err := loadConfig(cfgFile)
+				if err != nil {
+					return err
+				}
+				st, err := openStore(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				var buf bytes.Buffer
+				if err := st.ExportReceipts(cmd.Context(), &buf, st.ChainID(), 0); err != nil {
+					return failure("reading receipts: %v", err)
+				}
+				return verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut)
+			}
+			if len(args) != 1 || pubkey == "" {
+				return usage("give FILE and --pubkey, or --config (see 'toolgate receipts verify --help')")
+			}
 			keyData, err := os.ReadFile(pubkey)
 			if err != nil {
 				return failure("reading public key: %v", err)
@@ -47,31 +105,36 @@ Exits 0 when the file verifies, 1 otherwise.`,
 				return failure("%v", err)
 			}
 			defer f.Close()
-			rep, err := receipt.Verify(f, pub, receipt.VerifyOptions{})
-			if err != nil {
-				return failure("%s: verification FAILED: %v", args[0], err)
-			}
-			if rep.Receipts == 0 {
-				return failure("%s: verification FAILED: the file holds no receipts", args[0])
-			}
-			if jsonOut {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK: %d receipts, %d checkpoints\n", args[0], rep.Receipts, rep.Checkpoints)
-			for _, h := range rep.Heads {
-				fmt.Fprintf(cmd.OutOrStdout(), "  chain %s: seq %d..%d (%d receipts), head %s, signed through seq %d\n",
-					h.ChainID, h.First, h.Seq, h.Receipts, h.Hash, h.Signed)
-				if h.First != 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "  note: chain %s starts at seq %d, not 0: this file continues an earlier one, whose receipts were not checked\n", h.ChainID, h.First)
-				}
-			}
-			return nil
+			return verifyReport(cmd, args[0], f, pub, jsonOut)
 		},
 	}
-	cmd.Flags().StringVar(&pubkey, "pubkey", "", "Ed25519 public key file (PEM or base64) of the signing gateway (required)")
+	cmd.Flags().StringVar(&pubkey, "pubkey", "", "Ed25519 public key file (PEM or base64) of the signing gateway")
+	cmd.Flags().StringVarP(&cfgFile, "config", "c", "", "verify the configured store's chain in place instead of a file")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the verification report (counts, heads, call graph) as JSON")
-	_ = cmd.MarkFlagRequired("pubkey")
 	return cmd
+}
+
+// verifyReport verifies r and prints the outcome for name.
+func verifyReport(cmd *cobra.Command, name string, r io.Reader, pub ed25519.PublicKey, jsonOut bool) error {
+	rep, err := receipt.Verify(r, pub, receipt.VerifyOptions{})
+	if err != nil {
+		return failure("%s: verification FAILED: %v", name, err)
+	}
+	if rep.Receipts == 0 {
+		return failure("%s: verification FAILED: the file holds no receipts", name)
+	}
+	if jsonOut {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: OK: %d receipts, %d checkpoints\n", name, rep.Receipts, rep.Checkpoints)
+	for _, h := range rep.Heads {
+		fmt.Fprintf(cmd.OutOrStdout(), "  chain %s: seq %d..%d (%d receipts), head %s, signed through seq %d\n",
+			h.ChainID, h.First, h.Seq, h.Receipts, h.Hash, h.Signed)
+		if h.First != 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "  note: chain %s starts at seq %d, not 0: this file continues an earlier one, whose receipts were not checked\n", h.ChainID, h.First)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/store"
+)
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "audit", Short: "Read the durable audit log"}
+	cmd.AddCommand(newAuditTailCmd())
+	return cmd
+}
+
+func newAuditTailCmd() *cobra.Command {
+	var file, run, tenant string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "tail --config FILE --tenant T [--run ID] [--follow]",
+		Short: "Print a tenant's audit events as JSON lines",
+		Long: `Print the OpenWOP run events stored in the configured SQLite store, one JSON object per line:
+one run's events in sequence order (--run), or all of the tenant's events in commit order. With
+--follow, keep printing new events as they are committed, until interrupted.`,
+		Example: `  toolgate audit tail --config toolgate.yaml --tenant acme --run run-42
+  toolgate audit tail --config toolgate.yaml --tenant acme --follow`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			st, err := openStore(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			emit := func(e audit.Event) error { return enc.Encode(e) }
+			if follow {
+				ch, err := st.Follow(ctx, tenant, store.FromStart)
+				if err != nil {
+					return err
+				}
+				for f := range ch {
+					if run != "" && f.Event.RunID != run {
+						continue
+					}
+					if err := emit(f.Event); err != nil {
+						return err
+					}
+				}
+				return ctx.Err()
+			}
+			if run != "" {
+				for after := int64(-1); ; {
+					evs, err := st.EventsByRun(ctx, tenant, run, after, store.MaxLimit)
+					if err != nil {
+						return err
+					}
+					if len(evs) == 0 {
+						return nil
+					}
+					for _, e := range evs {
+						if err := emit(e); err != nil {
+							return err
+						}
+						after = e.Sequence
+					}
+				}
+			}
+			cursor := ""
+			for {
+				evs, next, err := st.EventsByTime(ctx, tenant, time.Time{}, time.Time{}, cursor, store.MaxLimit)
+				if err != nil {
+					return err
+				}
+				for _, e := range evs {
+					if err := emit(e); err != nil {
+						return err
+					}
+				}
+				if next == "" || len(evs) == 0 {
+					return nil
+				}
+				cursor = next
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "config", "c", "", "configuration file (required)")
+	f.StringVar(&tenant, "tenant", "", "tenant whose events to read (required)")
+	f.StringVar(&run, "run", "", "only this run's events, in sequence order")
+	f.BoolVar(&follow, "follow", false, "keep printing events as they are committed")
+	_ = cmd.MarkFlagRequired("config")
+	_ = cmd.MarkFlagRequired("tenant")
+	return cmd
+}
