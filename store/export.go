@@ -27,6 +27,12 @@ type ReceiptReader interface {
 // fromSeq}) (From may be left 0 when fromSeq is 0). An empty chain, or one
 // without a checkpoint at or after fromSeq, writes nothing.
 //
+// When retention has pruned the receipts from fromSeq on (Pruner), the
+// stream starts instead with the anchor: the signed checkpoint kept at the
+// seq just before the first stored receipt, from which receipt.Verify
+// continues (a stream opening with a checkpoint line is anchored by its
+// signed hash, whatever From says).
+//
 // Errors: src's errors; errcode.Internal if src returns receipts out of
 // order or with a gap (a corrupt store); errcode.AuditUnavailable wrapping
 // a write error of w; Cancelled or Timeout when ctx ends. Output already
@@ -66,6 +72,25 @@ func Export(ctx context.Context, src ReceiptReader, w io.Writer, chainID string,
 		}
 	}
 	next := fromSeq
+	first, err := src.ReceiptsByChain(ctx, chainID, fromSeq, 1)
+	if err != nil {
+		return err
+	}
+	if len(first) == 1 && first[0].Seq > fromSeq {
+		// Pruned up to first-1: open with the anchor checkpoint.
+		at := first[0].Seq - 1
+		anchor, err := src.Checkpoints(ctx, chainID, at, 1)
+		if err != nil {
+			return err
+		}
+		if len(anchor) != 1 || anchor[0].Seq != at {
+			return errcode.Errorf(errcode.Internal, "export receipts: chain %s starts at seq %d without a checkpoint at seq %d", chainID, first[0].Seq, at)
+		}
+		if err := rw.WriteCheckpoint(anchor[0]); err != nil {
+			return err
+		}
+		next = first[0].Seq
+	}
 	for {
 		if err := ContextError(ctx, "export receipts"); err != nil {
 			return err

@@ -233,3 +233,40 @@ func PageLimit(limit int) int {
 	}
 	return limit
 }
+
+// PruneResult says what one Prune removed.
+type PruneResult struct {
+	// Events is the number of run events deleted.
+	Events int64 `json:"events"`
+	// Receipts is the number of receipts deleted (and Checkpoints the number
+	// of signed checkpoints deleted with them).
+	Receipts    int64 `json:"receipts"`
+	Checkpoints int64 `json:"checkpoints"`
+	// Anchor is the signed checkpoint the retained part of the receipt
+	// chain now starts from (receipt seq Anchor.Seq + 1 is the first one
+	// kept), nil when no receipt has ever been pruned.
+	Anchor *receipt.Checkpoint `json:"anchor,omitempty"`
+}
+
+// Pruner is implemented by backends that enforce a retention period
+// (config audit.retention).
+type Pruner interface {
+	// Prune deletes what is older than before, without ever breaking
+	// receipt verification:
+	//
+	//   - Events: the longest prefix, in commit order, of events whose
+	//     Timestamp is before before. A run whose events are pruned keeps
+	//     its sequence: its next event continues after the last pruned one.
+	//   - Receipts: every receipt up to and including the newest signed
+	//     checkpoint signed before before, except the chain's head receipt
+	//     (the chain resumes from it). That checkpoint is kept as the
+	//     anchor: exports start with it and receipt.Verify continues from
+	//     its signed hash. Older checkpoints go with their receipts.
+	//
+	// Prune works in bounded chunks between other writes, so the gateway
+	// keeps serving while it runs; it is idempotent and may be interrupted
+	// (ctx) at any point without leaving the store inconsistent. Approvals
+	// and sessions are not pruned. Errors: Cancelled, Timeout;
+	// AuditUnavailable.
+	Prune(ctx context.Context, before time.Time) (PruneResult, error)
+}

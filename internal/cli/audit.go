@@ -7,12 +7,63 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/store"
 )
 
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "audit", Short: "Read the durable audit log"}
-	cmd.AddCommand(newAuditTailCmd())
+	cmd.AddCommand(newAuditTailCmd(), newAuditPruneCmd())
+	return cmd
+}
+
+func newAuditPruneCmd() *cobra.Command {
+	var file, olderThan string
+	cmd := &cobra.Command{
+		Use:   "prune --config FILE [--older-than 90d]",
+		Short: "Delete events and receipts older than the retention period, keeping the chain verifiable",
+		Long: `Delete from the configured SQLite store the events and receipts older than --older-than (default: the
+config's audit.retention). Receipt verification is never broken: the signed checkpoint at the end of the
+pruned range is kept, exports start with it and 'toolgate receipts verify' continues from it. The head
+receipt is always kept. A running gateway with audit.retention set prunes by itself every hour; this
+command is for a one-off prune. Prints what was removed as one JSON object.`,
+		Example: `  toolgate audit prune --config toolgate.yaml
+  toolgate audit prune --config toolgate.yaml --older-than 30d`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			if olderThan == "" {
+				olderThan = cfg.Audit.Retention
+			}
+			if olderThan == "" {
+				return usage("no retention: pass --older-than (e.g. 90d) or set audit.retention in %s", file)
+			}
+			age, err := config.ParseDuration(olderThan)
+			if err != nil {
+				return usage("--older-than: %v", err)
+			}
+			ctx := cmd.Context()
+			st, err := openStore(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			res, err := st.Prune(ctx, time.Now().Add(-age))
+			if err != nil {
+				return failure("prune: %v (what was pruned before the error stays pruned; the store is consistent)", err)
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			return enc.Encode(res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "config", "c", "", "configuration file (required)")
+	f.StringVar(&olderThan, "older-than", "", "prune what is older than this (e.g. 90d, 720h); default audit.retention")
+	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/catalog"
@@ -67,5 +68,56 @@ func TestStoreCommands(t *testing.T) {
 	os.Remove(keyFile)
 	if code, _, errOut := run(t, "", "receipts", "verify", "--config", cfgFile); code != ExitFailure || !strings.Contains(errOut, "signing key") {
 		t.Fatalf("missing key: %d %q", code, errOut)
+	}
+}
+
+// audit prune removes old events and receipts; the chain still verifies in
+// place and from an export.
+func TestAuditPrune(t *testing.T) {
+	dir := t.TempDir()
+	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
+	cfgFile := writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")
+	key, _, err := receipt.LoadOrCreateKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := func() time.Time { return time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC) }
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key), Now: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Now: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
+		func(context.Context, json.RawMessage) (any, error) { return 1, nil })
+	for range 3 {
+		if _, err := gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}, RunID: "r1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+
+	if code, _, errOut := run(t, "", "audit", "prune", "--config", cfgFile); code != ExitUsage || !strings.Contains(errOut, "audit.retention") {
+		t.Fatalf("prune without a retention: %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "-3d"); code != ExitUsage || !strings.Contains(errOut, "older-than") {
+		t.Fatalf("prune --older-than -3d: %d %q", code, errOut)
+	}
+	code, out, errOut := run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "90d")
+	var res store.PruneResult
+	if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil || res.Events != 6 || res.Receipts != 2 || res.Anchor == nil || res.Anchor.Seq != 1 {
+		t.Fatalf("prune: %d %q %q; want 6 events and receipts 0..1 pruned, anchor at seq 1", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "", "audit", "tail", "--config", cfgFile, "--tenant", "acme"); code != ExitOK || out != "" {
+		t.Fatalf("tail after prune: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "", "receipts", "verify", "--config", cfgFile); code != ExitOK || !strings.Contains(out, "OK: 1 receipts") {
+		t.Fatalf("verify in place after prune: %d %q %q", code, out, errOut)
 	}
 }

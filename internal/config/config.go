@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"regexp"
@@ -481,12 +482,27 @@ func oneOf(v string, allowed ...string) bool {
 }
 
 func validDuration(s string) bool {
-	if strings.HasSuffix(s, "d") {
-		n, err := strconv.Atoi(strings.TrimSuffix(s, "d"))
-		return err == nil && n > 0
+	_, err := ParseDuration(s)
+	return err == nil
+}
+
+// ParseDuration parses a positive duration of the configuration: a whole
+// number of days ("90d") or a Go duration ("720h", "500ms"). Errors: a
+// plain error naming the accepted forms, for an empty, malformed, zero or
+// negative value, or more days than a time.Duration holds (about 106751).
+func ParseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n <= 0 || n > int(math.MaxInt64/int64(24*time.Hour)) {
+			return 0, fmt.Errorf("duration %q: want a positive whole number of days such as 90d, or a Go duration such as 720h", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(s)
-	return err == nil && d > 0
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("duration %q: want a positive duration such as 90d, 720h or 500ms", s)
+	}
+	return d, nil
 }
 
 func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, string, ...any)) {

@@ -145,6 +145,16 @@ type Options struct {
 	// Logger receives operator logs (failed batches, recoveries); nil
 	// discards.
 	Logger *slog.Logger
+	// Retention, when positive, runs Prune in the background with cutoff
+	// Now() - Retention: once right after Open, then every PruneEvery
+	// (config audit.retention). 0 keeps everything.
+	Retention time.Duration
+	// PruneEvery is the retention loop's interval; 0 means
+	// DefaultPruneEvery.
+	PruneEvery time.Duration
+	// Now is the clock of the retention loop and of checkpoints' signedAt;
+	// nil means time.Now.
+	Now func() time.Time
 }
 
 // Store is the SQLite backend. All methods are safe for concurrent use.
@@ -158,6 +168,9 @@ type Store struct {
 	ckpt   *checkpointer
 	w      *writer
 	feed   *store.Feed
+
+	pruneStop chan struct{} // closed by Close to stop the retention loop
+	pruneDone chan struct{} // closed when the retention loop has returned
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -242,6 +255,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log})
 	w.feed = s.feed
 	go w.run()
+	if opts.Retention > 0 {
+		s.pruneStop, s.pruneDone = make(chan struct{}), make(chan struct{})
+		go s.retain(opts.Retention, opts.PruneEvery, opts.Now, s.pruneStop, s.pruneDone)
+	}
 	ok = true
 	return s, nil
 }
@@ -268,7 +285,8 @@ func checkOptions(path string, opts *Options) (string, error) {
 	default:
 		return bad("synchronous", "synchronous must be normal or full, not %q", opts.Synchronous)
 	}
-	if opts.MaxBatch < 0 || opts.MaxDelay < 0 || opts.QueueSize < 0 || opts.FollowBuffer < 0 || opts.ReadConns < 0 {
+	if opts.MaxBatch < 0 || opts.MaxDelay < 0 || opts.QueueSize < 0 || opts.FollowBuffer < 0 || opts.ReadConns < 0 ||
+		opts.Retention < 0 || opts.PruneEvery < 0 {
 		return bad("options", "sizes and delays must not be negative")
 	}
 	if opts.MaxBatch == 0 {
@@ -283,6 +301,12 @@ func checkOptions(path string, opts *Options) (string, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.PruneEvery == 0 {
+		opts.PruneEvery = DefaultPruneEvery
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return mode, nil
 }
 
@@ -291,6 +315,10 @@ func checkOptions(path string, opts *Options) (string, error) {
 // returns the first close error (as AuditUnavailable) every time.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.pruneStop != nil {
+			close(s.pruneStop)
+			<-s.pruneDone
+		}
 		s.closed.Store(true)
 		s.w.stopAndWait()
 		s.ckpt.close()

@@ -72,6 +72,7 @@ type writer struct {
 	log      *slog.Logger
 	maxBatch int
 	maxDelay time.Duration
+	now      func() time.Time // checkpoints' clock (Options.Now)
 	feed     *store.Feed
 	ckpt     *checkpointer
 
@@ -113,7 +114,7 @@ type stmts struct {
 // checkpointed if no stored checkpoint covers it).
 func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options) (*writer, error) {
 	w := &writer{
-		conn: conn, signer: opts.Signer, log: s.log, maxBatch: opts.MaxBatch, maxDelay: opts.MaxDelay,
+		conn: conn, signer: opts.Signer, log: s.log, maxBatch: opts.MaxBatch, maxDelay: opts.MaxDelay, now: opts.Now,
 		reqs: make(chan *request, opts.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		seqs: map[runKey]int64{}, pending: map[runKey]int64{}, timer: time.NewTimer(time.Hour),
 	}
@@ -125,7 +126,8 @@ func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options) (*wr
 	}{
 		{&w.st.insertEvent, `INSERT INTO events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`},
 		{&w.st.findEvent, `SELECT ` + eventCols + ` FROM events WHERE event_id = ?`},
-		{&w.st.maxSeq, `SELECT MAX(seq) FROM events WHERE tenant = ? AND run_id = ?`},
+		{&w.st.maxSeq, `SELECT MAX(s) FROM (SELECT MAX(seq) AS s FROM events WHERE tenant = ?1 AND run_id = ?2
+			UNION ALL SELECT last_seq FROM run_heads WHERE tenant = ?1 AND run_id = ?2)`},
 		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (receipt_id) DO NOTHING`},
 		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
@@ -161,7 +163,7 @@ func (w *writer) resume(ctx context.Context) error {
 	err := w.conn.QueryRowContext(ctx, "SELECT body FROM receipts WHERE chain_id = ? ORDER BY seq DESC LIMIT 1", w.signer.KeyID()).Scan(&body)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		w.chain = receipt.NewChain(w.signer, receipt.Options{})
+		w.chain = receipt.NewChain(w.signer, receipt.Options{Now: w.now})
 		return nil
 	case err != nil:
 		return store.Unavailable("open store: chain head", err)
@@ -170,7 +172,7 @@ func (w *writer) resume(ctx context.Context) error {
 	if err := head.UnmarshalJSON(body); err != nil {
 		return errcode.Wrap(errcode.AuditUnavailable, err, "open store: decode chain head")
 	}
-	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{})
+	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{Now: w.now})
 	if err != nil {
 		return errcode.Wrap(errcode.AuditUnavailable, err, "open store: resume chain")
 	}
@@ -504,7 +506,7 @@ func (w *writer) restoreChain() error {
 			return err
 		}
 	}
-	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{})
+	chain, err := receipt.ResumeChain(w.signer, head, receipt.Options{Now: w.now})
 	if err != nil {
 		return err
 	}
