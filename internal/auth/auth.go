@@ -1,0 +1,247 @@
+// Package auth authenticates callers of toolgate's HTTP surfaces and turns
+// their credentials into a policy.Principal.
+//
+// Two kinds of credential are accepted:
+//
+//   - API keys, presented as "Authorization: Bearer <key>" or "X-API-Key: <key>".
+//     The configuration stores only the lowercase hex SHA-256 of each key
+//     (HashKey); a presented key is hashed and compared in constant time with
+//     every configured hash.
+//   - JWTs, presented as "Authorization: Bearer <jwt>" and verified against an
+//     OIDC issuer's JWKS: signature (asymmetric algorithms only), issuer,
+//     audience, expiry and not-before.
+//
+// Every failure is an *errcode.Error with code errcode.Unauthenticated whose
+// message never contains the presented credential. An Authenticator with no
+// configured method fails every request (fail closed).
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// DefaultRealm is the realm of the WWW-Authenticate challenge when
+// Options.Realm is empty.
+const DefaultRealm = "toolgate"
+
+// MaxCredentialLen bounds a presented credential (bytes, after the scheme);
+// longer values are rejected before any hashing or parsing.
+const MaxCredentialLen = 8 << 10
+
+// Options tunes New. The zero value is valid.
+type Options struct {
+	// HTTPClient fetches the JWKS and, without a JWKS URL, the OIDC
+	// discovery document. Default: a client with a 10 s timeout.
+	HTTPClient *http.Client
+	// Realm is the realm of the WWW-Authenticate challenge. Default
+	// DefaultRealm. It must not contain '"' or '\'.
+	Realm string
+	// Now is the clock for JWT expiry and not-before. Default time.Now.
+	Now func() time.Time
+}
+
+// Authenticator checks request credentials. It is immutable after New and
+// safe for concurrent use.
+type Authenticator struct {
+	realm string
+	keys  []apiKey
+	jwt   *jwtVerifier // nil when JWT is not configured
+}
+
+type apiKey struct {
+	hash      [sha256.Size]byte
+	principal policy.Principal
+}
+
+// New builds an Authenticator from cfg. It returns an *errcode.Error with
+// code errcode.InvalidConfig when an API key has an empty or duplicate id or
+// a key_sha256 that is not 64 lowercase hex characters, when the JWT block
+// lacks issuer or audience, or when Options.Realm holds a quote or backslash.
+// With cfg.JWT set and no JWKS URL, New runs OIDC discovery against the
+// issuer using ctx and fails with errcode.InvalidConfig if that fails. Keys
+// are fetched lazily, on the first JWT presented.
+func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, error) {
+	a := &Authenticator{realm: opts.Realm}
+	if a.realm == "" {
+		a.realm = DefaultRealm
+	}
+	if strings.ContainsAny(a.realm, "\"\\") || !printable(a.realm) {
+		return nil, errcode.New(errcode.InvalidConfig, "auth: realm must be printable ASCII without '\"' or '\\'")
+	}
+	seen := make(map[string]bool, len(cfg.APIKeys))
+	for i, k := range cfg.APIKeys {
+		if k.ID == "" {
+			return nil, errcode.Errorf(errcode.InvalidConfig, "auth.api_keys[%d].id is empty", i)
+		}
+		if seen[k.ID] {
+			return nil, errcode.Errorf(errcode.InvalidConfig, "auth.api_keys[%d].id %q is a duplicate", i, k.ID)
+		}
+		seen[k.ID] = true
+		var ak apiKey
+		if n, err := hex.Decode(ak.hash[:], []byte(k.KeySHA256)); err != nil || n != sha256.Size ||
+			len(k.KeySHA256) != 2*sha256.Size || strings.ToLower(k.KeySHA256) != k.KeySHA256 {
+			return nil, errcode.Errorf(errcode.InvalidConfig, "auth.api_keys[%d].key_sha256: want 64 lowercase hex characters (the sha256 of the key)", i)
+		}
+		ak.principal = policy.Principal{ID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes, Attributes: k.Attrs}
+		a.keys = append(a.keys, ak)
+	}
+	if cfg.JWT != nil {
+		v, err := newJWTVerifier(ctx, *cfg.JWT, opts)
+		if err != nil {
+			return nil, err
+		}
+		a.jwt = v
+	}
+	return a, nil
+}
+
+// Authenticate returns the principal for r's credentials:
+// "Authorization: Bearer <token>" (an API key, or a JWT when JWT is
+// configured) or "X-API-Key: <key>" (API keys only). The returned principal
+// is the caller's to keep; its slices and map are fresh copies.
+//
+// Every failure is an *errcode.Error with code errcode.Unauthenticated:
+// "no credentials", "unsupported authorization scheme", "unknown API key",
+// "token expired", "token audience mismatch", "token issuer mismatch",
+// "invalid token signature", ... Safe for concurrent use; the JWKS fetch, if
+// one is needed, is bounded by r's context.
+func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) {
+	if len(a.keys) == 0 && a.jwt == nil {
+		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "no authentication method is configured")
+	}
+	authz := r.Header.Values("Authorization")
+	xkey := r.Header.Values("X-API-Key")
+	switch {
+	case len(authz) == 0 && len(xkey) == 0:
+		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "no credentials")
+	case len(authz)+len(xkey) > 1:
+		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "more than one credential presented (use one Authorization or X-API-Key header)")
+	case len(xkey) == 1:
+		key, err := credential(xkey[0])
+		if err != nil {
+			return policy.Principal{}, err
+		}
+		if p, ok := a.lookupKey(key); ok {
+			return p, nil
+		}
+		return policy.Principal{}, invalidToken("unknown API key")
+	}
+	scheme, rest, _ := strings.Cut(authz[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "unsupported authorization scheme (want Bearer)")
+	}
+	token, err := credential(rest)
+	if err != nil {
+		return policy.Principal{}, err
+	}
+	if p, ok := a.lookupKey(token); ok {
+		return p, nil
+	}
+	switch {
+	case a.jwt != nil && looksLikeJWT(token):
+		return a.jwt.verify(r.Context(), token)
+	case len(a.keys) > 0:
+		return policy.Principal{}, invalidToken("unknown API key")
+	default:
+		return policy.Principal{}, invalidToken("malformed token (not a JWT)")
+	}
+}
+
+// lookupKey hashes key and compares the hash with every configured hash in
+// constant time, so neither the match nor its position shows in the timing.
+func (a *Authenticator) lookupKey(key string) (policy.Principal, bool) {
+	sum := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range a.keys {
+		eq := subtle.ConstantTimeCompare(sum[:], a.keys[i].hash[:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
+	}
+	if found < 0 {
+		return policy.Principal{}, false
+	}
+	return clonePrincipal(a.keys[found].principal), true
+}
+
+// credential trims the optional whitespace around a header value's
+// credential and rejects empty, oversized or non-printable ones.
+func credential(v string) (string, error) {
+	v = strings.Trim(v, " \t")
+	switch {
+	case v == "":
+		return "", errcode.New(errcode.Unauthenticated, "empty credential")
+	case len(v) > MaxCredentialLen:
+		return "", invalidToken(fmt.Sprintf("credential longer than %d bytes", MaxCredentialLen))
+	case !printable(v) || strings.Contains(v, " "):
+		return "", invalidToken("malformed credential (want printable ASCII without spaces)")
+	}
+	return v, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func clonePrincipal(p policy.Principal) policy.Principal {
+	if p.Scopes != nil {
+		p.Scopes = append([]string(nil), p.Scopes...)
+	}
+	if p.Attributes != nil {
+		m := make(map[string]string, len(p.Attributes))
+		for k, v := range p.Attributes {
+			m[k] = v
+		}
+		p.Attributes = m
+	}
+	return p
+}
+
+// presented marks an error as "a credential was presented but rejected",
+// which Challenge reports as error="invalid_token" (RFC 6750 §3.1). Its
+// message is empty so wrapping it adds nothing to the error text.
+type presented struct{}
+
+func (presented) Error() string { return "" }
+
+// invalidToken is an Unauthenticated error for a rejected credential.
+func invalidToken(msg string) *errcode.Error {
+	return errcode.Errorf(errcode.Unauthenticated, "%s%w", msg, presented{})
+}
+
+// KeyPrefix starts every key made by NewKey.
+const KeyPrefix = "tg_"
+
+// HashKey returns the lowercase hex SHA-256 of key, the form stored in
+// auth.api_keys[].key_sha256.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewKey returns a fresh API key: KeyPrefix followed by 32 random bytes from
+// crypto/rand in unpadded base64url (46 characters). Store only HashKey of
+// it. The error is from the system random source.
+func NewKey() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generating API key: %w", err)
+	}
+	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
