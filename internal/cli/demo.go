@@ -11,13 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/audit"
-	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/receipt"
@@ -161,42 +159,10 @@ func runDemo(ctx context.Context, out io.Writer, receiptsOut, pubkeyOut string) 
 
 // registerDemoTools adds the demo's native tools; files.read is confined to dir.
 func registerDemoTools(gw *toolgate.Gateway, dir string) error {
-	host := catalog.SourceHostExtension
-	if err := gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:clock.now", Source: host, Title: "Current time", Description: "Returns the current UTC time."},
-		func(context.Context, json.RawMessage) (any, error) {
-			return map[string]string{"now": time.Now().UTC().Format(time.RFC3339)}, nil
-		}); err != nil {
-		return err
+	for _, t := range demoTools(dir) {
+		if err := gw.RegisterNative(t.desc, t.fn); err != nil {
+			return err
+		}
 	}
-	if err := gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:text.echo", Source: host, Title: "Echo", Description: "Returns its text argument."},
-		func(_ context.Context, args json.RawMessage) (any, error) {
-			var in struct {
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(args, &in); err != nil {
-				return nil, errcode.Errorf(errcode.InvalidArgument, "text.echo: %v", err)
-			}
-			return map[string]string{"text": in.Text}, nil
-		}); err != nil {
-		return err
-	}
-	return gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:files.read", Source: host, Title: "Read a demo file", Description: "Reads a file from the demo directory."},
-		func(_ context.Context, args json.RawMessage) (any, error) {
-			var in struct {
-				Name string `json:"name"`
-			}
-			if err := json.Unmarshal(args, &in); err != nil || in.Name == "" {
-				return nil, errcode.New(errcode.InvalidArgument, "files.read: want {\"name\": \"<file>\"}")
-			}
-			root, err := os.OpenRoot(dir)
-			if err != nil {
-				return nil, err
-			}
-			defer root.Close()
-			data, err := root.ReadFile(in.Name)
-			if err != nil {
-				return nil, fmt.Errorf("files.read: %w", err)
-			}
-			return map[string]string{"content": string(data)}, nil
-		})
+	return nil
 }

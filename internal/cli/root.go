@@ -57,19 +57,29 @@ func (e *errWriter) Write(p []byte) (int, error) {
 // Main runs the command line with args (without the program name) and
 // returns the process exit code. When ctx is cancelled (SIGINT/SIGTERM in
 // cmd/toolgate) before the command finishes, Main returns
-// ExitInterrupted at once; the command's goroutine is abandoned.
+// ExitInterrupted at once and the command's goroutine is abandoned, except
+// for a command annotated graceful (serve), which Main waits for: it
+// finishes in-flight work and returns by itself.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	out := &errWriter{w: stdout}
 	root := newRoot(stdin, out, stderr)
 	root.SetArgs(args)
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
+	graceful := false
+	if c, _, ferr := root.Find(args); ferr == nil && c.Annotations[annotationGraceful] == "true" {
+		graceful = true
+	}
 	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		fmt.Fprintln(stderr, "toolgate: interrupted")
-		return ExitInterrupted
+		if !graceful {
+			fmt.Fprintln(stderr, "toolgate: interrupted")
+			return ExitInterrupted
+		}
+		// The command shuts down by itself (in-flight work, flushing).
+		err = <-done
 	}
 	if err == nil && out.err != nil {
 		err = failure("writing output: %v", out.err)
@@ -106,7 +116,7 @@ Exit codes: 0 success, 1 the command found a problem, 2 usage error.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usage("%v (see '%s --help')", err, c.CommandPath()) })
-	root.AddCommand(newDemoCmd(), newHashCmd(), newAuditCmd(), newValidateCmd(), newPolicyCmd(), newReceiptsCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newClientCmd(), newDemoCmd(), newHashCmd(), newAuditCmd(), newValidateCmd(), newPolicyCmd(), newReceiptsCmd(), newVersionCmd())
 	finish(root)
 	return root
 }

@@ -28,6 +28,7 @@ import (
 type Config struct {
 	Listen      string                `yaml:"listen"` // default 127.0.0.1:7070
 	Naming      Naming                `yaml:"naming"`
+	MCP         MCP                   `yaml:"mcp"`
 	OpenWOP     OpenWOP               `yaml:"openwop"`
 	Store       Store                 `yaml:"store"`
 	RateLimit   RateLimit             `yaml:"ratelimit"`
@@ -50,6 +51,13 @@ type Config struct {
 type Naming struct {
 	Prefix    string `yaml:"prefix"`    // auto (default) | always | never
 	Separator string `yaml:"separator"` // default "__"
+}
+
+// MCP controls the agent-facing MCP endpoint (/mcp).
+type MCP struct {
+	// MaxBodyBytes bounds a request body; larger ones are refused with
+	// 413. Default 4 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
 // OpenWOP controls the OpenWOP HTTP surface.
@@ -122,6 +130,48 @@ type Server struct {
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
 	Timeout string            `yaml:"timeout"`
+	// Sessions is per_client (default: one upstream session per downstream
+	// MCP session, which relays logging, progress, sampling and
+	// elicitation) or shared (one upstream session for every client:
+	// cheaper, no server-to-client relaying).
+	Sessions string `yaml:"sessions"`
+}
+
+// Credential reference syntax in server env and headers values.
+var credentialRef = regexp.MustCompile(`\{\{\s*credential:([^}\s]*)\s*\}\}`)
+
+// ExpandCredentials replaces every {{credential:NAME}} in v with the value
+// resolve returns for NAME (DESIGN.md decision 9: resolved at connect
+// time, never stored in config). Errors: the first resolve error.
+func ExpandCredentials(v string, resolve func(name string) (string, error)) (string, error) {
+	var firstErr error
+	out := credentialRef.ReplaceAllStringFunc(v, func(m string) string {
+		name := credentialRef.FindStringSubmatch(m)[1]
+		val, err := resolve(name)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		return val
+	})
+	return out, firstErr
+}
+
+// Resolve reads a credential's value: the environment variable Env, or the
+// contents of File with one trailing newline removed. Errors name the
+// credential and the source, never the value.
+func (c Credential) Resolve(name string) (string, error) {
+	if c.Env != "" {
+		v, ok := os.LookupEnv(c.Env)
+		if !ok || v == "" {
+			return "", fmt.Errorf("credential %s: environment variable %s is not set", name, c.Env)
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(c.File)
+	if err != nil {
+		return "", fmt.Errorf("credential %s: %v", name, err)
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
 // ToolClass is one `tools:` entry: descriptor facts for toolIds matching Match.
@@ -455,6 +505,14 @@ func (c *Config) applyDefaults() {
 	if c.Signing.KeyFile == "" {
 		c.Signing.KeyFile = "toolgate.key"
 	}
+	if c.MCP.MaxBodyBytes == 0 {
+		c.MCP.MaxBodyBytes = 4 << 20
+	}
+	for i := range c.Servers {
+		if c.Servers[i].Sessions == "" {
+			c.Servers[i].Sessions = "per_client"
+		}
+	}
 	if c.Approvals.TTL == "" {
 		c.Approvals.TTL = "15m"
 	}
@@ -570,9 +628,15 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 			add(n, "credentials.%s: set exactly one of env or file", name)
 		}
 	}
+	if c.MCP.MaxBodyBytes < 1024 {
+		add(at("mcp", "max_body_bytes"), "mcp.max_body_bytes %d: want at least 1024", c.MCP.MaxBodyBytes)
+	}
 	names := map[string]bool{}
 	for i, s := range c.Servers {
 		n := at("servers", i)
+		if !oneOf(s.Sessions, "per_client", "shared") {
+			add(at("servers", i, "sessions"), "servers[%d].sessions %q: want per_client or shared", i, s.Sessions)
+		}
 		if err := catalog.ValidServerName(s.Name); err != nil {
 			add(n, "servers[%d].name: %s", i, errcode.As(err).Message)
 		} else if strings.Contains(s.Name, c.Naming.Separator) {

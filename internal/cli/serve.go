@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/mcpgw"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/ratelimit"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/sqlite"
+)
+
+// quickStart is the embedded configuration of `toolgate serve` without
+// --config: native demo tools, the demo policy, one API key (%s: its
+// SHA-256), SQLite in the working directory.
+const quickStart = `# toolgate quick start (toolgate serve without --config)
+listen: %s
+store: {driver: sqlite, dsn: toolgate.db}
+signing: {key_file: toolgate.key}
+auth:
+  api_keys:
+    - {id: quickstart, key_sha256: "%s", tenant: demo, scopes: [files:read]}
+tools:
+  - {match: "native:clock.now", safety_tier: read, replay_policy: non-deterministic, egress: none}
+  - {match: "native:text.echo", safety_tier: pure, replay_policy: deterministic, egress: none}
+  - {match: "native:files.read", safety_tier: read, scopes: [files:read], replay_policy: idempotent, egress: none}
+policy:
+  default: deny
+  rules:
+    - {id: everyone-clock, effect: allow, tools: ["native:clock.now", "native:text.echo"]}
+    - {id: readers, effect: allow, tools: ["native:files.*"], reason: "principals with files:read may read demo files"}
+    - {id: no-dotfiles, effect: deny, tools: ["native:files.read"], when: 'has(args.name) && args.name.startsWith(".")', reason: "dotfiles are private"}
+  ratelimits:
+    - {tools: ["native:clock.now"], per: principal_tool, rate: 10/s, burst: 20}
+`
+
+// annotationGraceful marks a command that handles SIGINT/SIGTERM itself
+// (Main waits for it instead of exiting at once).
+const annotationGraceful = "toolgate/graceful"
+
+func newServeCmd() *cobra.Command {
+	var file, listen, filesDir string
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE]",
+		Short: "Run the MCP gateway (Streamable HTTP at /mcp)",
+		Long: `Serve the MCP gateway: agents connect to /mcp (Streamable HTTP) with an API key or a JWT bearer
+token; toolgate connects to the configured upstream MCP servers, shows each principal only the tools
+its policy could allow, and runs every tools/call through the gate with durable audit events and
+signed receipts.
+
+Without --config it starts a quick start: loopback only, SQLite (toolgate.db) and a signing key
+(toolgate.key) in the working directory, three native demo tools (clock.now, text.echo, and
+files.read confined to ./toolgate-files), the demo policy, and a fresh API key printed at start.
+
+/healthz answers 200 while the process runs; /readyz answers 200 once every upstream server has
+been connected and listed. SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
+reloads the policy from --config (kept unchanged if the new file has issues).`,
+		Example: `  toolgate serve
+  toolgate serve --config toolgate.yaml`,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{annotationGraceful: "true"},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), file, listen, filesDir)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "config", "c", "", "configuration file (default: the quick start)")
+	f.StringVar(&listen, "listen", "", "listen address, overriding the config's (default 127.0.0.1:7070)")
+	f.StringVar(&filesDir, "files-dir", "toolgate-files", "quick start: the directory native:files.read may read")
+	return cmd
+}
+
+// serve runs the gateway until ctx ends or a termination signal arrives.
+func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir string) error {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var cfg *config.Config
+	var apiKey string
+	quick := file == ""
+	if quick {
+		addr := listen
+		if addr == "" {
+			addr = "127.0.0.1:7070"
+		}
+		key, err := auth.NewKey()
+		if err != nil {
+			return failure("generating an API key: %v", err)
+		}
+		apiKey = key
+		cfg, err = config.Parse("quick-start.yaml", []byte(fmt.Sprintf(quickStart, addr, auth.HashKey(key))))
+		if err != nil {
+			return failure("quick start config: %v", err)
+		}
+		if err := os.MkdirAll(filesDir, 0o755); err != nil {
+			return failure("files dir: %v", err)
+		}
+		hello := filepath.Join(filesDir, "hello.txt")
+		if _, err := os.Stat(hello); errors.Is(err, os.ErrNotExist) {
+			os.WriteFile(hello, []byte("Hello from toolgate.\n"), 0o644)
+		}
+	} else {
+		var err error
+		if cfg, err = loadConfig(file); err != nil {
+			return err
+		}
+		if listen != "" {
+			cfg.Listen = listen
+		}
+	}
+	if cfg.Store.Driver != "sqlite" {
+		return failure("store.driver %q: serve supports sqlite (postgres and memory are not built yet)", cfg.Store.Driver)
+	}
+	if cfg.RateLimit.Backend != "memory" {
+		return failure("ratelimit.backend %q: serve supports memory (redis is not built yet)", cfg.RateLimit.Backend)
+	}
+	key, created, err := receipt.LoadOrCreateKey(cfg.Signing.KeyFile)
+	if err != nil {
+		return failure("signing key %s: %v", cfg.Signing.KeyFile, err)
+	}
+	if created {
+		logger.Info("created signing key", "file", cfg.Signing.KeyFile)
+	}
+	var retention time.Duration
+	if cfg.Audit.Retention != "" {
+		retention, _ = config.ParseDuration(cfg.Audit.Retention)
+	}
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key),
+		Retention: retention, Logger: logger})
+	if err != nil {
+		return failure("opening store %s: %v", cfg.Store.DSN, err)
+	}
+	defer st.Close()
+	redactor := audit.NewRedactor()
+	pipe, err := pipeline.New(pipeline.Options{
+		Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Redactor: redactor,
+		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
+	})
+	if err != nil {
+		return failure("%v", err)
+	}
+	var natives []mcpgw.Native
+	if quick {
+		for _, t := range demoTools(filesDir) {
+			natives = append(natives, mcpgw.Native{Descriptor: t.desc, Invoker: nativeInvoker(t.fn)})
+		}
+	}
+	authn, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	if err != nil {
+		return failure("auth: %v", err)
+	}
+	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives,
+		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
+	if err != nil {
+		return failure("%v", err)
+	}
+	defer gw.Close()
+
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !gw.Ready() {
+			http.Error(w, "upstream servers are still connecting", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return failure("listen %s: %v", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String() + "/mcp"
+	fmt.Fprintf(stdout, "toolgate: MCP gateway at %s\n", url)
+	if quick {
+		fmt.Fprintf(stdout, "toolgate: API key (shown once): %s\n", apiKey)
+		fmt.Fprintf(stdout, "toolgate: try: go run ./cmd/toolgate client tools --url %s --key %s\n", url, apiKey)
+	}
+	if len(cfg.Servers) > 0 {
+		fmt.Fprintf(stdout, "toolgate: connecting %d upstream server(s); /readyz answers 200 when done\n", len(cfg.Servers))
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case err := <-served:
+			return failure("server: %v", err)
+		case <-ctx.Done():
+			return shutdown(srv, gw, st, logger)
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				reload(file, gw, logger)
+				continue
+			}
+			return shutdown(srv, gw, st, logger)
+		}
+	}
+}
+
+// shutdown stops accepting connections, waits (up to 30 s) for in-flight
+// requests, closes the upstream sessions and flushes the store.
+func shutdown(srv *http.Server, gw *mcpgw.Gateway, st *sqlite.Store, log *slog.Logger) error {
+	log.Info("shutting down: finishing in-flight calls")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	gw.Close()
+	if cerr := st.Close(); cerr != nil {
+		return failure("closing the store: %v", cerr)
+	}
+	if err != nil {
+		return failure("shutdown: %v", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// reload re-reads file and installs its policy; on any issue the running
+// configuration stays.
+func reload(file string, gw *mcpgw.Gateway, log *slog.Logger) {
+	if file == "" {
+		log.Warn("SIGHUP ignored: the quick start has no config file")
+		return
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		log.Error("reload failed; keeping the running configuration", "file", file, "err", strings.TrimSpace(err.Error()))
+		return
+	}
+	if err := gw.SetPolicy(cfg.Policy); err != nil {
+		log.Error("reload failed; keeping the running configuration", "err", err)
+		return
+	}
+	log.Info("reloaded the policy", "file", file)
+}

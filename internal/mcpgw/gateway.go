@@ -1,0 +1,736 @@
+// Package mcpgw is toolgate's agent-facing MCP gateway: one MCP server over
+// Streamable HTTP that aggregates the configured upstream MCP servers (stdio
+// or Streamable HTTP, through the official go-sdk client) and native tools,
+// with every tools/list filtered by the policy for the session's principal
+// and every tools/call run through the pipeline (DESIGN.md Surfaces, issue
+// 4).
+//
+// # Sessions
+//
+// By default (servers[].sessions: per_client) each downstream MCP session
+// gets its own upstream session per server, opened when the session first
+// uses that server and closed with it (tool.session.opened / closed). That
+// is what lets the gateway relay what an upstream sends back to one client:
+// logging, progress, sampling and elicitation requests, resource updates.
+// The price is one upstream session (for stdio, one process) per client
+// and server. sessions: shared uses one upstream session for every client:
+// cheaper, but nothing is relayed. Either way the gateway keeps one shared
+// session per server for tools/list and readiness.
+//
+// Resources, prompts and completions of a server are relayed to a principal
+// who may see at least one of that server's tools.
+package mcpgw
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/glob"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Version is the gateway's implementation version in MCP initialize
+// exchanges.
+const Version = "0.1.0"
+
+// Meta keys of tools/call (request and result _meta).
+const (
+	MetaRunID        = "toolgate/runId"
+	MetaCallID       = "toolgate/callId"
+	MetaReceiptID    = "toolgate/receiptId"
+	MetaAgentID      = "toolgate/agentId"
+	MetaParentCallID = "toolgate/parentCallId"
+)
+
+// surfaceName is what model APIs accept as a function name.
+var surfaceName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Native is a native tool served on the MCP surface next to upstream tools.
+type Native struct {
+	Descriptor catalog.ToolDescriptor // toolId native:<name>
+	Invoker    pipeline.Invoker
+}
+
+// Options configures New.
+type Options struct {
+	Config   *config.Config     // required
+	Pipeline *pipeline.Pipeline // required; the gateway installs its state
+	Policy   *policy.Program    // nil denies every call
+	Natives  []Native
+	Sessions store.Sessions // nil: session records are not kept (events still are)
+	Events   audit.Log      // for tool.session.* events; nil: none
+	// Secret registers a resolved credential value for redaction (id, value).
+	Secret     func(id, value string)
+	Logger     *slog.Logger
+	HTTPClient *http.Client // for Streamable HTTP upstreams; nil: default
+}
+
+// Gateway is the MCP gateway. Safe for concurrent use.
+type Gateway struct {
+	opts   Options
+	cfg    *config.Config
+	log    *slog.Logger
+	pipe   *pipeline.Pipeline
+	server *mcp.Server
+	ups    map[string]*upstream // by server name; fixed at New
+	order  []string             // server names, sorted
+
+	mu      sync.Mutex // serialises rebuild and policy swaps
+	policy  *policy.Program
+	surface atomic.Pointer[surface]
+
+	sessions sync.Map // downstream session id → *dsession
+	closed   atomic.Bool
+}
+
+// upstream is one configured server.
+type upstream struct {
+	name    string
+	cfg     config.Server
+	d       *dialer
+	timeout time.Duration
+	shared  *conn
+
+	mu      sync.Mutex
+	tools   []*mcp.Tool // from the shared session's last tools/list
+	listed  chan struct{}
+	once    sync.Once
+	initRes *mcp.InitializeResult
+}
+
+// surface is the MCP-surface view of one catalog: names, sorted.
+type surface struct {
+	byName map[string]string          // surface name → toolId
+	tool   map[string]*mcp.Tool       // toolId → the tool as listed (name, schema, annotations)
+	names  []string                   // surface names, sorted
+	server map[string]string          // toolId → server ("" for native)
+	remote map[string]string          // toolId → upstream tool name
+	descs  map[string]catalog.ToolDescriptor
+}
+
+// New builds the gateway: resolves credentials, starts connecting to every
+// upstream (in the background) and installs the native tools. Errors:
+// InvalidConfig for an unresolvable credential or a bad native descriptor.
+func New(opts Options) (*Gateway, error) {
+	if opts.Config == nil || opts.Pipeline == nil {
+		return nil, errcode.New(errcode.InvalidConfig, "mcpgw: Config and Pipeline are required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy}
+	resolve := func(name string) (string, error) {
+		cr, ok := g.cfg.Credentials[name]
+		if !ok {
+			return "", fmt.Errorf("credential %s is not declared", name)
+		}
+		v, err := cr.Resolve(name)
+		if err != nil {
+			return "", err
+		}
+		if opts.Secret != nil {
+			opts.Secret(name, v)
+		}
+		return v, nil
+	}
+	for _, srv := range g.cfg.Servers {
+		d, err := newDialer(srv, resolve, opts.HTTPClient)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.InvalidConfig, err, "mcpgw")
+		}
+		u := &upstream{name: srv.Name, cfg: srv, d: d, listed: make(chan struct{})}
+		if srv.Timeout != "" {
+			u.timeout, _ = config.ParseDuration(srv.Timeout)
+		}
+		g.ups[srv.Name] = u
+		g.order = append(g.order, srv.Name)
+	}
+	sort.Strings(g.order)
+	g.server = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "toolgate MCP gateway", Version: Version}, &mcp.ServerOptions{
+		Logger: log,
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:       &mcp.ToolCapabilities{ListChanged: true},
+			Logging:     &mcp.LoggingCapabilities{},
+			Completions: &mcp.CompletionCapabilities{},
+			Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+			Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+		},
+		CompletionHandler:         g.complete,
+		SubscribeHandler:          g.subscribe,
+		UnsubscribeHandler:        g.unsubscribe,
+		SupportedProtocolVersions: sessionProtocols(),
+	})
+	g.server.AddReceivingMiddleware(g.middleware)
+	if err := g.rebuild(); err != nil {
+		return nil, err
+	}
+	for _, name := range g.order {
+		u := g.ups[name]
+		u.shared = newConn(u.d, g.sharedClientOptions(u), log.With("server", name), func(cs *mcp.ClientSession) {
+			g.refreshTools(u, cs)
+		})
+	}
+	return g, nil
+}
+
+// sessionProtocols are the MCP protocol versions served: every version the
+// SDK supports that has sessions (before 2026-07-28, whose requests are
+// sessionless), since a principal is fixed per session.
+func sessionProtocols() []string {
+	var out []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < "2026-07-28" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Server returns the underlying MCP server (for an http handler).
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// sharedClientOptions are the client options of u's shared session: it
+// follows tools/list_changed.
+func (g *Gateway) sharedClientOptions(u *upstream) *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		Logger: g.log,
+		ToolListChangedHandler: func(ctx context.Context, req *mcp.ToolListChangedRequest) {
+			go g.refreshTools(u, req.Session)
+		},
+	}
+}
+
+// refreshTools lists u's tools on cs and installs them.
+func (g *Gateway) refreshTools(u *upstream, cs *mcp.ClientSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			g.log.Warn("upstream tools/list failed", "server", u.name, "err", err)
+			return
+		}
+		tools = append(tools, t)
+	}
+	u.mu.Lock()
+	u.tools = tools
+	u.initRes = cs.InitializeResult()
+	u.mu.Unlock()
+	u.once.Do(func() { close(u.listed) })
+	g.mu.Lock()
+	err := g.rebuildLocked()
+	g.mu.Unlock()
+	if err != nil {
+		g.log.Error("installing upstream tools failed", "server", u.name, "err", err)
+		return
+	}
+	g.notifyToolsChanged()
+}
+
+// Ready reports whether every upstream has been connected and listed once.
+func (g *Gateway) Ready() bool {
+	for _, u := range g.ups {
+		select {
+		case <-u.listed:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// WaitReady waits until Ready or ctx ends; it returns ctx's error then.
+func (g *Gateway) WaitReady(ctx context.Context) error {
+	for _, u := range g.ups {
+		select {
+		case <-u.listed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// SetPolicy installs a new policy atomically and tells connected sessions
+// that their tool lists may have changed.
+func (g *Gateway) SetPolicy(p *policy.Program) error {
+	g.mu.Lock()
+	old := g.policy
+	g.policy = p
+	if err := g.rebuildLocked(); err != nil {
+		g.policy = old
+		g.mu.Unlock()
+		return err
+	}
+	g.mu.Unlock()
+	g.notifyToolsChanged()
+	return nil
+}
+
+// notifyToolsChanged sends notifications/tools/list_changed to every
+// connected session (the SDK sends it when its tool registry changes; the
+// gateway's own tools/list ignores that registry).
+func (g *Gateway) notifyToolsChanged() {
+	if g.closed.Load() {
+		return
+	}
+	const marker = "toolgate/list-changed" // never a surface name ('/')
+	g.server.AddTool(&mcp.Tool{Name: marker, InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return nil, errors.New("unreachable")
+		})
+	g.server.RemoveTools(marker)
+}
+
+func (g *Gateway) rebuild() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rebuildLocked()
+}
+
+// rebuildLocked builds the catalog from the natives and the upstreams'
+// latest tool lists and installs it with the policy. g.mu is held.
+func (g *Gateway) rebuildLocked() error {
+	sep := g.cfg.Naming.Separator
+	prefix := g.cfg.Naming.Prefix == "always" || (g.cfg.Naming.Prefix == "auto" && len(g.ups) > 1)
+	classes := g.cfg.Classifications()
+	sf := &surface{byName: map[string]string{}, tool: map[string]*mcp.Tool{}, server: map[string]string{},
+		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}}
+	var tools []catalog.Tool
+	inv := map[string]pipeline.Invoker{}
+	add := func(t catalog.Tool, name string, mt *mcp.Tool, in pipeline.Invoker) {
+		id := t.Descriptor.ToolID
+		if !surfaceName.MatchString(name) {
+			g.log.Warn("tool not served on MCP: its name is not a valid function name (^[a-zA-Z0-9_-]{1,64}$)", "toolId", id, "name", name)
+			return
+		}
+		if other, dup := sf.byName[name]; dup {
+			g.log.Warn("tool not served on MCP: its name is taken", "toolId", id, "name", name, "by", other)
+			return
+		}
+		tools = append(tools, t)
+		inv[id] = in
+		sf.byName[name] = id
+		sf.names = append(sf.names, name)
+		sf.server[id] = t.Server
+		sf.remote[id] = t.Name
+		sf.descs[id] = t.Descriptor
+		ann := t.Descriptor.Annotations()
+		out := &mcp.Tool{Name: name, Title: t.Descriptor.Title, Description: t.Descriptor.Description,
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: ann.ReadOnlyHint, DestructiveHint: &ann.DestructiveHint,
+				IdempotentHint: ann.IdempotentHint, OpenWorldHint: &ann.OpenWorldHint}}
+		if mt != nil {
+			out.Title, out.Description, out.InputSchema, out.OutputSchema, out.Icons, out.Meta = mt.Title, mt.Description, mt.InputSchema, mt.OutputSchema, mt.Icons, mt.Meta
+			if mt.Annotations != nil && mt.Annotations.Title != "" {
+				out.Annotations.Title = mt.Annotations.Title
+			}
+		}
+		if out.InputSchema == nil {
+			if len(t.Descriptor.InputSchema) > 0 {
+				out.InputSchema = t.Descriptor.InputSchema
+			} else {
+				out.InputSchema = map[string]any{"type": "object"}
+			}
+		}
+		sf.tool[id] = out
+	}
+	for _, n := range g.opts.Natives {
+		d := n.Descriptor
+		catalog.Classify(&d, classes)
+		name := strings.TrimPrefix(d.ToolID, "native:")
+		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name},
+			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
+	}
+	for _, sname := range g.order {
+		u := g.ups[sname]
+		u.mu.Lock()
+		ts := u.tools
+		u.mu.Unlock()
+		for _, mt := range ts {
+			if err := catalog.ValidServerName(sname); err != nil || mt == nil || mt.Name == "" {
+				continue
+			}
+			d := catalog.ToolDescriptor{ToolID: catalog.MCPToolID(sname, mt.Name), Source: catalog.SourceMCP,
+				Title: mt.Title, Description: mt.Description}
+			if raw, err := json.Marshal(mt.InputSchema); err == nil && len(raw) > 2 && raw[0] == '{' {
+				d.InputSchema = raw
+			}
+			catalog.Classify(&d, classes)
+			if err := d.Validate(); err != nil {
+				g.log.Warn("upstream tool skipped: invalid descriptor", "server", sname, "tool", mt.Name, "err", err)
+				continue
+			}
+			name := mt.Name
+			if prefix {
+				name = sname + sep + mt.Name
+			}
+			add(catalog.Tool{Descriptor: d, Transport: catalog.TransportMCP, Server: sname, Name: mt.Name}, name, mt,
+				g.mcpInvoker(u, mt.Name, g.toolTimeout(u, d.ToolID)))
+		}
+	}
+	slices.Sort(sf.names)
+	snap, err := catalog.NewSnapshot(tools, catalog.Options{Separator: sep})
+	if err != nil {
+		return err
+	}
+	g.pipe.Swap(&pipeline.State{Catalog: snap, Policy: g.policy, Invokers: inv})
+	g.surface.Store(sf)
+	return nil
+}
+
+// toolTimeout is the invocation timeout of toolID: the last matching
+// tools[].timeout, else the server's timeout, else 0 (the pipeline's).
+func (g *Gateway) toolTimeout(u *upstream, toolID string) time.Duration {
+	d := u.timeout
+	for _, tc := range g.cfg.Tools {
+		if tc.Timeout != "" && glob.Match(tc.Match, toolID) {
+			if v, err := config.ParseDuration(tc.Timeout); err == nil {
+				d = v
+			}
+		}
+	}
+	return d
+}
+
+// Close closes every upstream session (shared and per client).
+func (g *Gateway) Close() {
+	if !g.closed.CompareAndSwap(false, true) {
+		return
+	}
+	g.sessions.Range(func(_, v any) bool {
+		v.(*dsession).close("completed")
+		return true
+	})
+	for _, u := range g.ups {
+		u.shared.close()
+	}
+}
+
+// principalOf returns the request's principal (set by the HTTP layer).
+func principalOf(req mcp.Request) (policy.Principal, bool) {
+	ex := req.GetExtra()
+	if ex == nil || ex.TokenInfo == nil {
+		return policy.Principal{}, false
+	}
+	p, ok := ex.TokenInfo.Extra[principalKey].(policy.Principal)
+	return p, ok
+}
+
+// principalKey is the TokenInfo.Extra key of the principal.
+const principalKey = "toolgate/principal"
+
+// middleware handles tools/list and tools/call itself and relays the
+// resource, prompt and logging methods upstream; everything else (initialize,
+// ping, ...) goes to the SDK.
+func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "initialize", "notifications/initialized", "ping", "notifications/cancelled", "notifications/progress",
+			"notifications/roots/list_changed":
+			return next(ctx, method, req)
+		}
+		p, ok := principalOf(req)
+		if !ok {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "no authenticated principal"}
+		}
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		ds := g.dsession(ss, p)
+		switch method {
+		case "tools/list":
+			return g.listTools(ctx, p, req.(*mcp.ListToolsRequest))
+		case "tools/call":
+			return g.callTool(ctx, ds, p, req.(*mcp.CallToolRequest))
+		case "resources/list":
+			return g.listResources(ctx, ds, p, req.(*mcp.ListResourcesRequest))
+		case "resources/templates/list":
+			return g.listResourceTemplates(ctx, ds, p, req.(*mcp.ListResourceTemplatesRequest))
+		case "resources/read":
+			return g.readResource(ctx, ds, p, req.(*mcp.ReadResourceRequest))
+		case "prompts/list":
+			return g.listPrompts(ctx, ds, p, req.(*mcp.ListPromptsRequest))
+		case "prompts/get":
+			return g.getPrompt(ctx, ds, p, req.(*mcp.GetPromptRequest))
+		case "logging/setLevel":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				if params, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
+					ds.setLogLevel(ctx, params)
+				}
+			}
+			return res, err
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// pageSize is the tools/list page size.
+const pageSize = 100
+
+// listTools answers tools/list: exactly the tools whose decision could be
+// non-deny for p, sorted by name, paginated by cursor after filtering.
+func (g *Gateway) listTools(ctx context.Context, p policy.Principal, req *mcp.ListToolsRequest) (*mcp.ListToolsResult, error) {
+	sf := g.surface.Load()
+	visible := map[string]bool{}
+	for _, t := range g.pipe.Disclose(ctx, p) {
+		visible[t.Descriptor.ToolID] = true
+	}
+	start := 0
+	if req.Params != nil && req.Params.Cursor != "" {
+		after, err := decodeCursor(req.Params.Cursor)
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor"}
+		}
+		start = sort.SearchStrings(sf.names, after)
+		if start < len(sf.names) && sf.names[start] == after {
+			start++
+		}
+	}
+	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	for _, name := range sf.names[start:] {
+		id := sf.byName[name]
+		if !visible[id] {
+			continue
+		}
+		if len(res.Tools) == pageSize {
+			res.NextCursor = encodeCursor(res.Tools[len(res.Tools)-1].Name)
+			break
+		}
+		res.Tools = append(res.Tools, sf.tool[id])
+	}
+	return res, nil
+}
+
+// Cursors are the last name of the previous page, base64url-free but
+// opaque enough: "n:" + name.
+func encodeCursor(name string) string { return "n:" + name }
+
+func decodeCursor(c string) (string, error) {
+	name, ok := strings.CutPrefix(c, "n:")
+	if !ok || !surfaceName.MatchString(name) {
+		return "", errors.New("invalid cursor")
+	}
+	return name, nil
+}
+
+// unknownTool is the JSON-RPC error MCP servers (the go-sdk) give for a tool
+// they do not have; undisclosed tools answer exactly the same (DESIGN.md
+// decision 5).
+func unknownTool(name string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+}
+
+// callTool answers tools/call through the pipeline.
+func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	params := req.Params
+	if params == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
+	}
+	sf := g.surface.Load()
+	tool := params.Name
+	if id, ok := sf.byName[params.Name]; ok {
+		tool = id
+	}
+	args := params.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	c := pipeline.Call{Tool: tool, Args: args, Principal: p, Transport: catalog.TransportMCP, RunID: ds.id}
+	if m := params.Meta; m != nil {
+		if v, ok := m[MetaRunID].(string); ok && v != "" {
+			c.RunID = v
+		}
+		if v, ok := m[MetaAgentID].(string); ok {
+			c.AgentID = v
+		}
+		if v, ok := m[MetaParentCallID].(string); ok {
+			c.ParentCallID = v
+		}
+	}
+	if c.RunID == "" {
+		c.RunID = "" // generated by the pipeline
+	}
+	ctx = withCall(ctx, &callCtx{ds: ds, progress: params.GetProgressToken()})
+	res, err := g.pipe.Call(ctx, c)
+	if err != nil {
+		switch errcode.CodeOf(err) {
+		case errcode.NotFound, errcode.AmbiguousTool:
+			return nil, unknownTool(params.Name)
+		case errcode.InvalidArgument:
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: errcode.As(err).Message}
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
+	}
+	if res.Hidden {
+		return nil, unknownTool(params.Name)
+	}
+	meta := mcp.Meta{MetaRunID: res.RunID, MetaCallID: res.CallID}
+	if res.ReceiptID != "" {
+		meta[MetaReceiptID] = res.ReceiptID
+	}
+	var out *mcp.CallToolResult
+	switch {
+	case res.Status == audit.StatusOK:
+		out = toResult(sf.server[res.ToolID] != "", res.Output)
+	case res.Output != nil && res.Err != nil && res.Err.Code == errcode.ToolExecutionFailed && sf.server[res.ToolID] != "":
+		// The upstream's own isError result, as it sent it.
+		out = toResult(true, res.Output)
+		out.IsError = true
+	default:
+		out = errorResult(res.Err)
+	}
+	if out.Meta == nil {
+		out.Meta = mcp.Meta{}
+	}
+	for k, v := range meta {
+		out.Meta[k] = v
+	}
+	return out, nil
+}
+
+// toResult turns a pipeline output into a CallToolResult: an upstream MCP
+// tool's output is its CallToolResult; a native tool's is JSON, returned as
+// text content and, when it is an object, as structuredContent.
+func toResult(isMCP bool, out json.RawMessage) *mcp.CallToolResult {
+	if isMCP {
+		var r mcp.CallToolResult
+		if err := json.Unmarshal(out, &r); err == nil {
+			if r.Content == nil {
+				r.Content = []mcp.Content{}
+			}
+			return &r
+		}
+	}
+	r := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(out)}}}
+	if len(out) > 0 && out[0] == '{' {
+		r.StructuredContent = out
+	}
+	return r
+}
+
+// errorResult is the isError result of a gate refusal or gateway fault
+// (DESIGN.md decision 5): text the model can read and
+// structuredContent.error = {code, message, details}.
+func errorResult(e *errcode.Error) *mcp.CallToolResult {
+	if e == nil {
+		e = errcode.New(errcode.Internal, "the call failed")
+	}
+	obj := map[string]any{"code": string(e.Code), "message": e.Message}
+	if len(e.Details) > 0 {
+		obj["details"] = e.Details
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(e.Code) + ": " + e.Message}},
+		StructuredContent: map[string]any{"error": obj},
+	}
+}
+
+// callCtx carries the downstream call's session and progress token to the
+// upstream invoker.
+type callCtx struct {
+	ds       *dsession
+	progress any
+}
+
+type callKey struct{}
+
+func withCall(ctx context.Context, c *callCtx) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+func callFrom(ctx context.Context) *callCtx {
+	c, _ := ctx.Value(callKey{}).(*callCtx)
+	return c
+}
+
+// mcpInvoker calls tool name on u: on the calling session's own upstream
+// session (per_client) or the shared one. An upstream isError result is
+// returned as the output with a tool_execution_failed error; a connection
+// failure is upstream_unavailable.
+func (g *Gateway) mcpInvoker(u *upstream, name string, timeout time.Duration) pipeline.Invoker {
+	return pipeline.InvokerFunc(func(ctx context.Context, _ *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
+		cc := callFrom(ctx)
+		var ds *dsession
+		if cc != nil {
+			ds = cc.ds
+		}
+		cs, err := g.sessionFor(ctx, ds, u)
+		if err != nil {
+			return nil, err
+		}
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, timeout, errToolTimeout)
+			defer cancel()
+		}
+		params := &mcp.CallToolParams{Name: name, Arguments: args}
+		if cc != nil && cc.progress != nil {
+			params.Meta = mcp.Meta{"progressToken": cc.progress}
+		}
+		res, err := cs.CallTool(ctx, params)
+		if err != nil {
+			if context.Cause(ctx) == errToolTimeout {
+				return nil, errcode.Errorf(errcode.Timeout, "tool did not finish within %s", timeout)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			var je *jsonrpc.Error
+			if errors.As(err, &je) {
+				return nil, errcode.Errorf(errcode.ToolExecutionFailed, "upstream error %d: %s", je.Code, je.Message)
+			}
+			return nil, errcode.Wrap(errcode.UpstreamUnavailable, err, "upstream "+u.name)
+		}
+		out, err := json.Marshal(res)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.ToolExecutionFailed, err, "encoding the upstream result")
+		}
+		if res.IsError {
+			return out, errcode.New(errcode.ToolExecutionFailed, firstText(res))
+		}
+		return out, nil
+	})
+}
+
+var errToolTimeout = errors.New("tool timeout")
+
+// firstText is the first text content of r, or a generic message.
+func firstText(r *mcp.CallToolResult) string {
+	for _, c := range r.Content {
+		if t, ok := c.(*mcp.TextContent); ok && t.Text != "" {
+			return t.Text
+		}
+	}
+	return "the upstream tool reported an error"
+}
+
+// sessionFor returns the upstream session for a call on u: ds's own (opened
+// on first use) for a per_client server, else the shared one.
+func (g *Gateway) sessionFor(ctx context.Context, ds *dsession, u *upstream) (*mcp.ClientSession, error) {
+	if ds == nil || u.cfg.Sessions == "shared" {
+		return u.shared.session()
+	}
+	return ds.upstream(ctx, u)
+}
+

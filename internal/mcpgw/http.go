@@ -1,0 +1,78 @@
+package mcpgw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/internal/auth"
+)
+
+// Handler returns the /mcp endpoint: Streamable HTTP, in this order:
+//
+//  1. A POST body over maxBody bytes is refused with 413, and a JSON-RPC
+//     batch (a body that is a JSON array) with 400 and a JSON-RPC error
+//     -32600, before anything else happens (authentication included).
+//  2. The request is authenticated (a, API key or JWT bearer token); a
+//     failure answers 401 with WWW-Authenticate (RFC 6750 §3).
+//  3. The go-sdk Streamable HTTP handler serves it, with the principal as
+//     the session's user: a session is bound to the principal that opened
+//     it (a request of another principal gets 403).
+func (g *Gateway) Handler(a *auth.Authenticator, maxBody int64) http.Handler {
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+		&mcp.StreamableHTTPOptions{Logger: g.log, MaxRequestBodyBytes: maxBody})
+	bearer := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
+		p, ok := auth.PrincipalFrom(r.Context())
+		if !ok {
+			return nil, mcpauth.ErrInvalidToken
+		}
+		return &mcpauth.TokenInfo{Scopes: p.Scopes, UserID: p.Tenant + "\x00" + p.ID,
+			Extra: map[string]any{principalKey: p}}, nil
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	inner := bearer(sdk)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+			if err != nil {
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					jsonRPCError(w, http.StatusRequestEntityTooLarge, -32600, fmt.Sprintf("request body exceeds %d bytes", maxBody))
+					return
+				}
+				jsonRPCError(w, http.StatusBadRequest, -32700, "reading the request body: "+err.Error())
+				return
+			}
+			if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+				jsonRPCError(w, http.StatusBadRequest, -32600, "JSON-RPC batches are not supported")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
+		p, err := a.Authenticate(r)
+		if err != nil {
+			a.Challenge(w, err)
+			return
+		}
+		r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+		if r.Header.Get("Authorization") == "" {
+			// Authenticated by X-API-Key; the SDK's bearer middleware only
+			// carries the principal (the verifier above ignores the token).
+			r.Header.Set("Authorization", "Bearer x-api-key")
+		}
+		inner.ServeHTTP(w, r)
+	})
+}
+
+// jsonRPCError writes a JSON-RPC error response with a null id.
+func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%q}}`, code, msg)
+}
