@@ -120,11 +120,11 @@ type upstream struct {
 
 // surface is the MCP-surface view of one catalog: names, sorted.
 type surface struct {
-	byName map[string]string          // surface name → toolId
-	tool   map[string]*mcp.Tool       // toolId → the tool as listed (name, schema, annotations)
-	names  []string                   // surface names, sorted
-	server map[string]string          // toolId → server ("" for native)
-	remote map[string]string          // toolId → upstream tool name
+	byName map[string]string    // surface name → toolId
+	tool   map[string]*mcp.Tool // toolId → the tool as listed (name, schema, annotations)
+	names  []string             // surface names, sorted
+	server map[string]string    // toolId → server ("" for native)
+	remote map[string]string    // toolId → upstream tool name
 	descs  map[string]catalog.ToolDescriptor
 }
 
@@ -733,4 +733,3 @@ func (g *Gateway) sessionFor(ctx context.Context, ds *dsession, u *upstream) (*m
 	}
 	return ds.upstream(ctx, u)
 }
-

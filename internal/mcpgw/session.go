@@ -28,9 +28,9 @@ type dsession struct {
 	principal policy.Principal
 
 	mu       sync.Mutex
-	conns    map[string]*conn    // per_client upstream sessions, by server
-	opened   map[string]string   // server → tool-session id of tool.session.opened
-	logLevel mcp.LoggingLevel    // last logging/setLevel, replayed on new upstream sessions
+	conns    map[string]*conn  // per_client upstream sessions, by server
+	opened   map[string]string // server → tool-session id of tool.session.opened
+	logLevel mcp.LoggingLevel  // last logging/setLevel, replayed on new upstream sessions
 	closed   bool
 }
 
