@@ -64,12 +64,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	out := &errWriter{w: stdout}
 	root := newRoot(stdin, out, stderr)
 	root.SetArgs(args)
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
 	graceful := false
 	if c, _, ferr := root.Find(args); ferr == nil && c.Annotations[annotationGraceful] == "true" {
 		graceful = true
 	}
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
 	var err error
 	select {
 	case err = <-done:
