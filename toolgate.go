@@ -56,6 +56,9 @@ type Options struct {
 	AuditContent    string           // "hash" (default) or "full"
 	ToolTimeout     time.Duration    // per invocation; default 60 s
 	Separator       string           // MCP-surface name separator; default "__"
+	// Approver makes require_approval calls wait for a person
+	// (approval.Manager); nil answers them approval_required at once.
+	Approver pipeline.Approver
 }
 
 // Gateway is the embeddable gate. All methods are safe for concurrent use.
@@ -98,6 +101,7 @@ func New(opts Options) (*Gateway, error) {
 	p, err := pipeline.New(pipeline.Options{
 		Limiter: opts.Limiter, Redactor: opts.Redactor, Events: opts.Events, Receipts: opts.Receipts,
 		Hooks: opts.Hooks, Now: opts.Now, Logger: opts.Logger, AuditContent: opts.AuditContent, ToolTimeout: opts.ToolTimeout,
+		Approver: opts.Approver,
 	})
 	if err != nil {
 		return nil, err

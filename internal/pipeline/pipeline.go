@@ -30,6 +30,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
@@ -112,6 +113,18 @@ type Options struct {
 	AuditContent string
 	// ToolTimeout bounds one invocation (default 60 s).
 	ToolTimeout time.Duration
+	// Approver resolves require_approval decisions (issue 6); nil answers
+	// every one with approval_required at once.
+	Approver Approver
+}
+
+// Approver makes a call whose decision is require_approval wait for a
+// person: Await returns the id of the approval the call consumed, or the
+// refusal to answer (approval_required, approval_denied, approval_expired,
+// cancelled, audit_unavailable). approval.Manager implements it. It must
+// be safe for concurrent use.
+type Approver interface {
+	Await(ctx context.Context, b approval.Binding) (approvalID string, refusal *errcode.Error)
 }
 
 // Pipeline runs calls through the gate. It is safe for concurrent use.
@@ -199,6 +212,7 @@ type Result struct {
 	ExecutedArgsHash         string
 	MutationSource           string
 	RetryAfter               time.Duration
+	ApprovalID               string // the approval the call consumed (require_approval), "" if none
 }
 
 // Disclose returns the tools principal may see: every tool whose name-level
@@ -331,6 +345,7 @@ type callState struct {
 	called   *audit.Event
 	hookCall hook.Call
 	rec      context.Context // for audit writes: the call's context without cancellation
+	approved string          // the approval this call consumed, if any
 }
 
 // maxIDLen bounds caller-supplied ids (OpenWOP run-event.schema.json: 1–128).
@@ -451,6 +466,24 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	cs.rec = rec
 	// decide
 	res.Decision = p.decide(ctx, cs)
+	if res.Decision.Effect == policy.EffectRequireApproval && p.opts.Approver != nil {
+		id, e := p.opts.Approver.Await(ctx, approval.Binding{
+			Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: h,
+			RunID: c.RunID, CallID: c.CallID, RuleID: res.Decision.RuleID, Reason: res.Decision.Reason,
+		})
+		if e != nil {
+			return p.refuse(rec, cs, audit.StatusForbidden, e)
+		}
+		// At dispatch the decision runs again on the policy in force now:
+		// a policy change while the call waited refuses it.
+		cs.st = p.state.Load()
+		if _, ok := cs.st.facts[res.ToolID]; !ok {
+			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Errorf(errcode.Forbidden, "%s was removed while the call waited for approval", res.ToolID).
+				WithDetails(map[string]any{"scope": "tool", "toolName": res.ToolID, "approvalId": id}))
+		}
+		res.Decision = p.decide(ctx, cs)
+		cs.approved, res.ApprovalID = id, id
+	}
 	if e := p.refusal(ctx, cs); e != nil {
 		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
@@ -509,6 +542,9 @@ func (p *Pipeline) refusal(ctx context.Context, cs *callState) *errcode.Error {
 	case policy.EffectAllow:
 		return nil
 	case policy.EffectRequireApproval:
+		if cs.approved != "" {
+			return nil
+		}
 		return errcode.Errorf(errcode.ApprovalRequired, "%s requires approval: %s", cs.res.ToolID, d.Reason).
 			WithDetails(map[string]any{"toolName": cs.res.ToolID, "ruleId": d.RuleID})
 	}
@@ -859,7 +895,7 @@ func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
 		Transport:         string(cs.c.Transport),
 		Decision:          receipt.Decision{Effect: string(res.Decision.Effect), RuleID: res.Decision.RuleID, PolicyVersion: res.Decision.PolicyVersion},
 		RequestedArgsHash: res.RequestedArgsHash, ExecutedArgsHash: res.ExecutedArgsHash, MutationSource: res.MutationSource,
-		Status: string(res.Status), StartedAt: cs.started,
+		Status: string(res.Status), StartedAt: cs.started, ApprovalID: res.ApprovalID,
 	}
 	if res.Err != nil {
 		r.Error = &receipt.ErrorRef{Code: string(res.Err.Code)}

@@ -1,0 +1,325 @@
+// Package approval makes require_approval a real outcome of the gate
+// (issue 6): a call whose decision is require_approval waits, bounded, for
+// a person to approve or deny it. An approval is bound to (tenant,
+// principal, toolId, argsHash) and expires; it is stored durably
+// (store.Approvals) so that pending approvals survive a restart, and every
+// request and resolution is an audit event (toolgate.approval.requested,
+// toolgate.approval.resolved).
+//
+// A waiting call resumes the moment its approval is resolved in this
+// process (Manager.Resolve wakes it); an approval resolved by another
+// process on the same store (the `toolgate approvals` command) is seen by
+// polling the store every PollInterval.
+package approval
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/store"
+)
+
+// Event types of approvals (vendor types of the OpenWOP run-event envelope).
+const (
+	TypeRequested = "toolgate.approval.requested"
+	TypeResolved  = "toolgate.approval.resolved"
+)
+
+// Defaults of Options (config approvals.ttl, approvals.wait,
+// approvals.approvers_scope).
+const (
+	DefaultTTL            = 15 * time.Minute
+	DefaultWait           = 30 * time.Second
+	DefaultApproversScope = "toolgate:approve"
+	PollInterval          = 250 * time.Millisecond
+)
+
+// Binding identifies what an approval covers: this principal calling this
+// tool with these arguments (by argsHash). Changed arguments are a
+// different binding and never ride on an old approval.
+type Binding struct {
+	Tenant, Principal, ToolID, ArgsHash string
+	// RunID and CallID identify the call that asked, for the events.
+	RunID, CallID string
+	// RuleID and Reason are the policy's, shown to the approver.
+	RuleID, Reason string
+}
+
+// Options configures New.
+type Options struct {
+	Store  store.Approvals // required
+	Events audit.Log       // nil: no events
+	// TTL is how long an approval stays usable after it is requested; Wait
+	// how long a call waits for a decision before answering
+	// approval_required. 0 means the defaults.
+	TTL, Wait time.Duration
+	// ApproversScope is the scope a principal needs to approve or deny.
+	ApproversScope string
+	// AllowSelfApproval lets the requester approve their own call.
+	AllowSelfApproval bool
+	Now               func() time.Time
+	Logger            *slog.Logger
+}
+
+// Manager creates, resolves and consumes approvals. Safe for concurrent use.
+type Manager struct {
+	opts Options
+	mu   sync.Mutex
+	wake map[string][]chan struct{} // approval id → waiters
+}
+
+// New returns a Manager. Errors: InvalidConfig without a Store or with a
+// negative duration.
+func New(opts Options) (*Manager, error) {
+	if opts.Store == nil {
+		return nil, errcode.New(errcode.InvalidConfig, "approval: a store is required")
+	}
+	if opts.TTL < 0 || opts.Wait < 0 {
+		return nil, errcode.New(errcode.InvalidConfig, "approval: ttl and wait must not be negative")
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.Wait == 0 {
+		opts.Wait = DefaultWait
+	}
+	if opts.ApproversScope == "" {
+		opts.ApproversScope = DefaultApproversScope
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{opts: opts, wake: map[string][]chan struct{}{}}, nil
+}
+
+// Wait is the configured wait.
+func (m *Manager) Wait() time.Duration { return m.opts.Wait }
+
+// Await returns once the call b may run on an approval: it consumes an
+// approved, unexpired approval of b (exactly once, however many calls race
+// for it) and returns its id. Otherwise it uses b's pending approval, or
+// requests a new one, and waits up to Wait (or until ctx ends) for it to be
+// resolved.
+//
+// Errors (*errcode.Error, details.approvalId set when an approval exists):
+// ApprovalRequired when no decision arrived in time (details.retry says
+// how to retry); ApprovalDenied; ApprovalExpired when it expired before
+// the call could use it; Cancelled when ctx ended; AuditUnavailable when
+// the store fails.
+func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error) {
+	if id, e := m.consumeApproved(ctx, b); id != "" || e != nil {
+		return id, e
+	}
+	a, e := m.pendingFor(ctx, b)
+	if e != nil {
+		return "", e
+	}
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.wake[a.ID] = append(m.wake[a.ID], ch)
+	m.mu.Unlock()
+	defer m.unwait(a.ID, ch)
+	deadline := time.NewTimer(m.opts.Wait)
+	defer deadline.Stop()
+	poll := time.NewTicker(PollInterval)
+	defer poll.Stop()
+	for {
+		cur, err := m.opts.Store.GetApproval(context.WithoutCancel(ctx), b.Tenant, a.ID)
+		if err != nil {
+			return "", errcode.Wrap(errcode.AuditUnavailable, err, "reading approval "+a.ID)
+		}
+		switch cur.Status {
+		case store.ApprovalApproved:
+			return m.consume(ctx, b, cur)
+		case store.ApprovalDenied:
+			msg := fmt.Sprintf("%s: the approver denied the call", b.ToolID)
+			if cur.Reason != "" {
+				msg += ": " + cur.Reason
+			}
+			return "", errcode.New(errcode.ApprovalDenied, msg).WithDetails(map[string]any{"approvalId": cur.ID, "toolName": b.ToolID})
+		case store.ApprovalExpired, store.ApprovalConsumed:
+			return "", expired(cur)
+		}
+		if !cur.ExpiresAt.IsZero() && !m.opts.Now().Before(cur.ExpiresAt) {
+			return "", expired(cur)
+		}
+		select {
+		case <-ch:
+		case <-poll.C:
+		case <-deadline.C:
+			return "", m.required(a)
+		case <-ctx.Done():
+			return "", errcode.Wrap(errcode.Cancelled, ctx.Err(), "waiting for approval "+a.ID).WithDetails(map[string]any{"approvalId": a.ID})
+		}
+	}
+}
+
+// required is the approval_required answer for a.
+func (m *Manager) required(a *store.Approval) *errcode.Error {
+	return errcode.Errorf(errcode.ApprovalRequired, "%s needs an approval (id %s); ask an approver, then retry the same call with the same arguments before %s",
+		a.ToolID, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)).
+		WithDetails(map[string]any{"approvalId": a.ID, "toolName": a.ToolID, "expiresAt": a.ExpiresAt.UTC().Format(time.RFC3339),
+			"retry": "retry the same call (same principal, tool and arguments) once the approval is approved"})
+}
+
+func expired(a *store.Approval) *errcode.Error {
+	return errcode.Errorf(errcode.ApprovalExpired, "approval %s expired before the call could use it", a.ID).
+		WithDetails(map[string]any{"approvalId": a.ID, "toolName": a.ToolID})
+}
+
+// consumeApproved consumes an approved approval of b, if there is one.
+func (m *Manager) consumeApproved(ctx context.Context, b Binding) (string, *errcode.Error) {
+	as, err := m.opts.Store.ListApprovals(context.WithoutCancel(ctx), b.Tenant, store.ApprovalApproved)
+	if err != nil {
+		return "", errcode.Wrap(errcode.AuditUnavailable, err, "listing approvals")
+	}
+	now := m.opts.Now()
+	for i := range as {
+		a := &as[i]
+		if !matches(a, b) || (!a.ExpiresAt.IsZero() && !now.Before(a.ExpiresAt)) {
+			continue
+		}
+		if _, err := m.opts.Store.ConsumeApproval(context.WithoutCancel(ctx), b.Tenant, a.ID, now); err == nil {
+			return a.ID, nil
+		}
+		// Another call consumed it first (or it just expired): look on.
+	}
+	return "", nil
+}
+
+// consume consumes a (approved) for b.
+func (m *Manager) consume(ctx context.Context, b Binding, a *store.Approval) (string, *errcode.Error) {
+	if _, err := m.opts.Store.ConsumeApproval(context.WithoutCancel(ctx), b.Tenant, a.ID, m.opts.Now()); err != nil {
+		if errcode.CodeOf(err) == errcode.Conflict {
+			return "", expired(a)
+		}
+		return "", errcode.Wrap(errcode.AuditUnavailable, err, "consuming approval "+a.ID)
+	}
+	return a.ID, nil
+}
+
+// pendingFor returns b's pending, unexpired approval, creating it (and its
+// requested event) if there is none.
+func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *errcode.Error) {
+	wctx := context.WithoutCancel(ctx)
+	as, err := m.opts.Store.ListApprovals(wctx, b.Tenant, store.ApprovalPending)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.AuditUnavailable, err, "listing approvals")
+	}
+	now := m.opts.Now()
+	for i := range as {
+		if matches(&as[i], b) && (as[i].ExpiresAt.IsZero() || now.Before(as[i].ExpiresAt)) {
+			return &as[i], nil
+		}
+	}
+	a := &store.Approval{ID: newID(), Tenant: b.Tenant, Principal: b.Principal, ToolID: b.ToolID, ArgsHash: b.ArgsHash,
+		CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
+	if err := m.opts.Store.CreateApproval(wctx, a); err != nil {
+		return nil, errcode.Wrap(errcode.AuditUnavailable, err, "storing the approval")
+	}
+	m.event(wctx, b.RunID, b.Tenant, TypeRequested, map[string]any{
+		"approvalId": a.ID, "toolId": b.ToolID, "principal": b.Principal, "argsHash": b.ArgsHash,
+		"callId": b.CallID, "ruleId": b.RuleID, "reason": b.Reason, "expiresAt": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
+	})
+	return a, nil
+}
+
+func matches(a *store.Approval, b Binding) bool {
+	return a.Principal == b.Principal && a.ToolID == b.ToolID && a.ArgsHash == b.ArgsHash
+}
+
+// Resolve approves (approve true) or denies tenant's pending approval id
+// on behalf of approver, and wakes the calls waiting for it. The approver
+// needs ApproversScope and, unless AllowSelfApproval, must not be the
+// requester. runID, when known, is the run the resolved event goes to (""
+// uses "approval:<id>").
+//
+// Errors: Forbidden (missing scope, self-approval); NotFound (unknown or
+// another tenant's); Conflict (not pending, or expired); AuditUnavailable.
+func (m *Manager) Resolve(ctx context.Context, approver policy.Principal, id string, approve bool, reason string) (*store.Approval, error) {
+	if !slices.Contains(approver.Scopes, m.opts.ApproversScope) {
+		return nil, errcode.Errorf(errcode.Forbidden, "approving needs the scope %s", m.opts.ApproversScope).
+			WithDetails(map[string]any{"requiredScopes": []string{m.opts.ApproversScope}})
+	}
+	a, err := m.opts.Store.GetApproval(ctx, approver.Tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.Principal == approver.ID && !m.opts.AllowSelfApproval {
+		return nil, errcode.New(errcode.Forbidden, "a principal may not approve its own call (approvals.allow_self_approval is off)")
+	}
+	status := store.ApprovalDenied
+	if approve {
+		status = store.ApprovalApproved
+	}
+	res, err := m.opts.Store.ResolveApproval(ctx, approver.Tenant, id, store.Resolution{Status: status, By: approver.ID, Reason: reason, At: m.opts.Now()})
+	if err != nil {
+		return nil, err
+	}
+	m.event(context.WithoutCancel(ctx), "approval:"+id, approver.Tenant, TypeResolved, map[string]any{
+		"approvalId": id, "toolId": res.ToolID, "status": string(res.Status), "resolvedBy": approver.ID, "reason": reason,
+	})
+	m.mu.Lock()
+	for _, ch := range m.wake[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	m.mu.Unlock()
+	return res, nil
+}
+
+// List returns tenant's approvals with status ("" for all), oldest first.
+func (m *Manager) List(ctx context.Context, tenant string, status store.ApprovalStatus) ([]store.Approval, error) {
+	return m.opts.Store.ListApprovals(ctx, tenant, status)
+}
+
+func (m *Manager) unwait(id string, ch chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ws := slices.DeleteFunc(m.wake[id], func(c chan struct{}) bool { return c == ch })
+	if len(ws) == 0 {
+		delete(m.wake, id)
+	} else {
+		m.wake[id] = ws
+	}
+}
+
+// event appends an approval event (content-free: ids, hashes, reasons).
+func (m *Manager) event(ctx context.Context, runID, tenant, typ string, payload map[string]any) {
+	if m.opts.Events == nil {
+		return
+	}
+	if runID == "" {
+		runID = "approval:" + fmt.Sprint(payload["approvalId"])
+	}
+	ev, err := audit.NewEvent(runID, typ, payload, "", m.opts.Now())
+	if err != nil {
+		m.opts.Logger.Error("approval event", "type", typ, "err", err)
+		return
+	}
+	ev.Tenant = tenant
+	if err := m.opts.Events.Append(ctx, ev); err != nil {
+		m.opts.Logger.Error("approval event", "type", typ, "err", err)
+	}
+}
+
+// newID returns "apr_" and 16 random bytes in hex.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "apr_" + hex.EncodeToString(b[:])
+}

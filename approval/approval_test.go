@@ -1,0 +1,287 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate"
+	"github.com/toolgate/toolgate/approval"
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/memstore"
+	"github.com/toolgate/toolgate/store/sqlite"
+)
+
+const approvalPolicy = `
+default: deny
+rules:
+  - {id: writers, effect: allow, tools: ["native:fs.write"]}
+  - {id: big-writes, effect: require_approval, tools: ["native:fs.write"], when: 'has(args.content) && size(args.content) > 10', reason: "large writes need a human"}
+`
+
+var (
+	alice = toolgate.Principal{ID: "alice", Tenant: "acme"}
+	bob   = toolgate.Principal{ID: "bob", Tenant: "acme", Scopes: []string{"toolgate:approve"}}
+)
+
+func compile(t *testing.T, src string) *policy.Program {
+	t.Helper()
+	spec, err := policy.Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := policy.Compile(spec, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// requests is an audit log that also reports each approval request.
+type requests struct {
+	audit.Log
+	ids chan string
+}
+
+func (r *requests) Append(ctx context.Context, evs ...*audit.Event) error {
+	if err := r.Log.Append(ctx, evs...); err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Type == approval.TypeRequested {
+			var p struct {
+				ApprovalID string `json:"approvalId"`
+			}
+			json.Unmarshal(ev.Payload, &p)
+			r.ids <- p.ApprovalID
+		}
+	}
+	return nil
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *clock               { return &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+func bigArgs(s string) json.RawMessage {
+	b, _ := json.Marshal(map[string]string{"content": s})
+	return b
+}
+func code(r *toolgate.Result) errcode.Code {
+	if r.Err == nil {
+		return ""
+	}
+	return r.Err.Code
+}
+
+type rig struct {
+	gw   *toolgate.Gateway
+	mgr  *approval.Manager
+	reqs *requests
+	ran  atomic.Int64
+	clk  *clock
+	st   store.Approvals
+}
+
+func newRig(t *testing.T, st store.Approvals, wait time.Duration) *rig {
+	t.Helper()
+	r := &rig{clk: newClock(), st: st}
+	r.reqs = &requests{Log: audit.NewMemoryLog(), ids: make(chan string, 16)}
+	mgr, err := approval.New(approval.Options{Store: st, Events: r.reqs, TTL: time.Hour, Wait: wait, Now: r.clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mgr = mgr
+	gw, err := toolgate.New(toolgate.Options{Policy: compile(t, approvalPolicy), Approver: mgr, Events: r.reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:fs.write", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierWrite},
+		func(context.Context, json.RawMessage) (any, error) {
+			r.ran.Add(1)
+			return map[string]bool{"ok": true}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	r.gw = gw
+	return r
+}
+
+func (r *rig) call(t *testing.T, args json.RawMessage) *toolgate.Result {
+	t.Helper()
+	res, err := r.gw.Call(context.Background(), toolgate.Call{Tool: "native:fs.write", Principal: alice, Args: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func mem(t *testing.T) store.Approvals {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A call waiting for approval resumes the moment it is approved; its
+// receipt carries the approval id.
+func TestWaitingCallResumesOnApproval(t *testing.T) {
+	r := newRig(t, mem(t), time.Minute)
+	if res := r.call(t, bigArgs("small")); res.Status != audit.StatusOK {
+		t.Fatalf("a small write needs no approval: %+v", res)
+	}
+	done := make(chan *toolgate.Result, 1)
+	go func() { done <- r.call(t, bigArgs("a rather large write")) }()
+	id := <-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), alice, id, true, ""); errcode.CodeOf(err) != errcode.Forbidden {
+		t.Fatalf("alice (no approver scope, the requester) approved her own call: %v", err)
+	}
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, "looks fine"); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.Status != audit.StatusOK || res.ApprovalID != id || r.ran.Load() != 2 {
+		t.Fatalf("approved call: %+v (ran %d)", res, r.ran.Load())
+	}
+}
+
+// After the wait the call answers approval_required; once approved, a retry
+// of the same call consumes the approval exactly once; a third retry needs a
+// new approval; changed arguments are never covered; a denial answers
+// approval_denied.
+func TestRetryConsumesOnce(t *testing.T) {
+	r := newRig(t, mem(t), 10*time.Millisecond)
+	args := bigArgs("a rather large write")
+	res := r.call(t, args)
+	id := <-r.reqs.ids
+	if code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] != id || r.ran.Load() != 0 {
+		t.Fatalf("first call: %+v", res.Err)
+	}
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.call(t, bigArgs("another large write")); code(res) != errcode.ApprovalRequired {
+		t.Fatalf("changed arguments rode on the approval: %+v", res)
+	}
+	other := <-r.reqs.ids
+	if res := r.call(t, args); res.Status != audit.StatusOK || res.ApprovalID != id {
+		t.Fatalf("retry after approval: %+v", res)
+	}
+	if res := r.call(t, args); code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] == id {
+		t.Fatalf("third call reused the consumed approval: %+v", res.Err)
+	}
+	<-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), bob, other, false, "no"); err != nil {
+		t.Fatal(err)
+	}
+	// The denied approval is spent: the same call asks for a new one.
+	res = r.call(t, bigArgs("another large write"))
+	if code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] == other {
+		t.Fatalf("after denial: %+v", res.Err)
+	}
+	<-r.reqs.ids
+	var buf strings.Builder
+	if err := r.gw.WriteReceipts(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"approvalId":"`+id+`"`) {
+		t.Fatalf("no receipt carries approvalId %s:\n%s", id, buf.String())
+	}
+	if r.ran.Load() != 1 {
+		t.Fatalf("the tool ran %d times, want 1", r.ran.Load())
+	}
+}
+
+// A waiting call that is denied answers approval_denied.
+func TestDenied(t *testing.T) {
+	r := newRig(t, mem(t), time.Minute)
+	done := make(chan *toolgate.Result, 1)
+	go func() { done <- r.call(t, bigArgs("a rather large write")) }()
+	id := <-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, false, "not today"); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; code(res) != errcode.ApprovalDenied || r.ran.Load() != 0 {
+		t.Fatalf("denied call: %+v", res.Err)
+	}
+}
+
+// An approval that expired, or whose rule was removed by a policy reload
+// while the call waited, refuses at dispatch.
+func TestRefusedAtDispatch(t *testing.T) {
+	r := newRig(t, mem(t), 10*time.Millisecond)
+	args := bigArgs("a rather large write")
+	r.call(t, args)
+	id := <-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.clk.Add(2 * time.Hour) // past the 1 h TTL
+	if res := r.call(t, args); code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] == id {
+		t.Fatalf("an expired approval was used: %+v", res.Err)
+	}
+	<-r.reqs.ids
+
+	// Rule removed while a call waits: the reload denies writes.
+	r2 := newRig(t, mem(t), time.Minute)
+	done := make(chan *toolgate.Result, 1)
+	go func() { done <- r2.call(t, args) }()
+	id = <-r2.reqs.ids
+	if err := r2.gw.SetPolicy(compile(t, "default: deny\nrules: [{id: readers, effect: allow, tools: [\"native:fs.read*\"]}]\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.Status != audit.StatusForbidden || code(res) != errcode.Forbidden || r2.ran.Load() != 0 {
+		t.Fatalf("call approved under a removed rule: %+v", res)
+	}
+}
+
+// Pending approvals survive a restart of the store.
+func TestPendingSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	key, _ := receipt.GenerateKey()
+	open := func() *sqlite.Store {
+		st, err := sqlite.Open(context.Background(), path, sqlite.Options{Signer: receipt.NewSigner(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open()
+	r := newRig(t, st, 10*time.Millisecond)
+	args := bigArgs("a rather large write")
+	r.call(t, args)
+	id := <-r.reqs.ids
+	st.Close()
+
+	st = open()
+	defer st.Close()
+	r = newRig(t, st, 10*time.Millisecond)
+	pending, err := r.mgr.List(context.Background(), "acme", store.ApprovalPending)
+	if err != nil || len(pending) != 1 || pending[0].ID != id {
+		t.Fatalf("after restart: %v %v", pending, err)
+	}
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.call(t, args); res.Status != audit.StatusOK || res.ApprovalID != id {
+		t.Fatalf("retry after restart and approval: %+v", res)
+	}
+}
