@@ -1,0 +1,343 @@
+// Package webhook is a hook.Hook that POSTs each call to a URL (config
+// `hooks:`), so that the systems a security team already runs (a SIEM, a
+// DLP service, a change-approval bot) see or decide tool calls.
+//
+// # Request
+//
+// Each callback POSTs one JSON object (Content-Type application/json):
+//
+//	{"phase": "before" | "after" | "error", "hook": name,
+//	 "callId", "runId", "agentId", "parentCallId"?, "toolId", "transport",
+//	 "principal", "tenant"?, "argsHash",
+//	 "args"?: {...},                    // only with Content "full": the redacted arguments
+//	 "outcome"?: {"status", "errorCode"?, "durationMs"}}   // after and error
+//
+// It is content-free by default: identifiers and the argsHash, never the
+// arguments or the result.
+//
+// # Signature
+//
+// Every request carries
+//
+//	Toolgate-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
+//
+// A receiver recomputes the HMAC over the timestamp, a dot and the raw
+// body, compares in constant time, and rejects timestamps too far from its
+// clock (replay protection). Verify does exactly that.
+//
+// # Modes
+//
+// Enforce (synchronous): the before callback's response decides. A 2xx
+// response with an empty body or {} allows; {"deny": true, "reason": "…"}
+// denies; {"args": {...}} replaces the arguments when the hook is declared
+// mutating (the pipeline then decides again and records mutationSource
+// "hook:<name>"). Any other status, an unreadable body or a timeout is an
+// error, which the pipeline turns into a denial (fail closed). Observe
+// (fire and forget): each callback only enqueues the request on a bounded
+// queue that one worker drains; when the queue is full the request is
+// dropped and counted (Dropped), so an observe hook never slows a call by
+// more than its queue insert.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/hook"
+)
+
+// SignatureHeader is the request header carrying the HMAC signature.
+const SignatureHeader = "Toolgate-Signature"
+
+// DefaultQueue is the observe queue length when Options.Queue is 0.
+const DefaultQueue = 1024
+
+// maxResponse bounds an enforce response body (bytes).
+const maxResponse = 1 << 20
+
+// Options configures New.
+type Options struct {
+	Name   string    // the hook's name (sent as "hook")
+	URL    string    // http(s) endpoint; required
+	Secret []byte    // HMAC-SHA256 key; required
+	Mode   hook.Mode // hook.Observe or hook.Enforce
+	// Full sends the redacted arguments ("args"); Redact must then be set.
+	Full   bool
+	Redact func(json.RawMessage) (json.RawMessage, error)
+	Client *http.Client // nil: a client without its own timeout (the pipeline's per-callback timeout applies)
+	Queue  int          // observe queue length; 0 means DefaultQueue
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Hook is the webhook hook. Safe for concurrent use; Close stops the
+// observe worker.
+type Hook struct {
+	opts    Options
+	queue   chan []byte
+	dropped atomic.Int64
+	sent    atomic.Int64
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// New returns a webhook hook. Errors (plain): a missing URL or secret, an
+// unknown mode, Full without Redact.
+func New(opts Options) (*Hook, error) {
+	if opts.URL == "" || !(strings.HasPrefix(opts.URL, "http://") || strings.HasPrefix(opts.URL, "https://")) {
+		return nil, fmt.Errorf("webhook %s: url %q is not an http(s) URL", opts.Name, opts.URL)
+	}
+	if len(opts.Secret) == 0 {
+		return nil, fmt.Errorf("webhook %s: a signing secret is required", opts.Name)
+	}
+	if opts.Mode != hook.Observe && opts.Mode != hook.Enforce {
+		return nil, fmt.Errorf("webhook %s: mode %q is not observe or enforce", opts.Name, opts.Mode)
+	}
+	if opts.Full && opts.Redact == nil {
+		return nil, fmt.Errorf("webhook %s: content full needs a redactor", opts.Name)
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{}
+	}
+	if opts.Queue <= 0 {
+		opts.Queue = DefaultQueue
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	h := &Hook{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.Mode == hook.Observe {
+		h.queue = make(chan []byte, opts.Queue)
+		go h.worker()
+	} else {
+		close(h.done)
+	}
+	return h, nil
+}
+
+// Dropped is the number of observe requests dropped because the queue was
+// full (the metric toolgate_hook_dropped_total).
+func (h *Hook) Dropped() int64 { return h.dropped.Load() }
+
+// Sent is the number of requests delivered with a 2xx answer.
+func (h *Hook) Sent() int64 { return h.sent.Load() }
+
+// Close stops the observe worker after the request it is sending; queued
+// requests are dropped. Idempotent.
+func (h *Hook) Close() {
+	h.once.Do(func() { close(h.stop) })
+	<-h.done
+}
+
+// request is the JSON body.
+type request struct {
+	Phase        string          `json:"phase"`
+	Hook         string          `json:"hook"`
+	CallID       string          `json:"callId"`
+	RunID        string          `json:"runId"`
+	AgentID      string          `json:"agentId"`
+	ParentCallID string          `json:"parentCallId,omitempty"`
+	ToolID       string          `json:"toolId"`
+	Transport    string          `json:"transport"`
+	Principal    string          `json:"principal"`
+	Tenant       string          `json:"tenant,omitempty"`
+	ArgsHash     string          `json:"argsHash"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Outcome      *outcome        `json:"outcome,omitempty"`
+}
+
+type outcome struct {
+	Status     string `json:"status"`
+	ErrorCode  string `json:"errorCode,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+}
+
+// response is an enforce answer.
+type response struct {
+	Deny   bool            `json:"deny"`
+	Reason string          `json:"reason"`
+	Args   json.RawMessage `json:"args"`
+}
+
+func (h *Hook) body(phase string, c *hook.Call, o *hook.Outcome) ([]byte, error) {
+	r := request{Phase: phase, Hook: h.opts.Name, CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
+		ToolID: c.ToolID, Transport: c.Transport, Principal: c.Principal, Tenant: c.Tenant, ArgsHash: c.ArgsHash}
+	if h.opts.Full {
+		red, err := h.opts.Redact(c.Args)
+		if err != nil {
+			return nil, err
+		}
+		r.Args = red
+	}
+	if o != nil {
+		r.Outcome = &outcome{Status: o.Status, ErrorCode: o.ErrorCode, DurationMs: o.DurationMs}
+	}
+	return json.Marshal(r)
+}
+
+// Before implements hook.Hook.
+func (h *Hook) Before(ctx context.Context, c *hook.Call) (hook.Verdict, error) {
+	body, err := h.body("before", c, nil)
+	if err != nil {
+		return hook.Verdict{}, err
+	}
+	if h.opts.Mode == hook.Observe {
+		h.enqueue(body)
+		return hook.Verdict{}, nil
+	}
+	raw, err := h.post(ctx, body)
+	if err != nil {
+		return hook.Verdict{}, err
+	}
+	var resp response
+	if t := bytes.TrimSpace(raw); len(t) > 0 {
+		if err := json.Unmarshal(t, &resp); err != nil {
+			return hook.Verdict{}, fmt.Errorf("webhook %s: the response is not a JSON object: %v", h.opts.Name, err)
+		}
+	}
+	v := hook.Verdict{Deny: resp.Deny, Reason: resp.Reason}
+	if len(resp.Args) > 0 && string(resp.Args) != "null" {
+		v.Args = resp.Args
+	}
+	return v, nil
+}
+
+// After implements hook.Hook.
+func (h *Hook) After(ctx context.Context, c *hook.Call, o *hook.Outcome) error {
+	return h.notify(ctx, "after", c, o)
+}
+
+// OnError implements hook.Hook.
+func (h *Hook) OnError(ctx context.Context, c *hook.Call, o *hook.Outcome) error {
+	return h.notify(ctx, "error", c, o)
+}
+
+func (h *Hook) notify(ctx context.Context, phase string, c *hook.Call, o *hook.Outcome) error {
+	body, err := h.body(phase, c, o)
+	if err != nil {
+		return err
+	}
+	if h.opts.Mode == hook.Observe {
+		h.enqueue(body)
+		return nil
+	}
+	_, err = h.post(ctx, body)
+	return err
+}
+
+func (h *Hook) enqueue(body []byte) {
+	select {
+	case h.queue <- body:
+	default:
+		h.dropped.Add(1)
+	}
+}
+
+func (h *Hook) worker() {
+	defer close(h.done)
+	for {
+		select {
+		case <-h.stop:
+			return
+		case body := <-h.queue:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			go func() {
+				select {
+				case <-h.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			if _, err := h.post(ctx, body); err != nil {
+				h.opts.Logger.Warn("observe webhook failed", "hook", h.opts.Name, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// post sends body signed and returns the 2xx response body.
+func (h *Hook) post(ctx context.Context, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.opts.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SignatureHeader, Sign(h.opts.Secret, h.opts.Now(), body))
+	resp, err := h.opts.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: %w", h.opts.Name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: reading the response: %w", h.opts.Name, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, fmt.Errorf("webhook %s: HTTP %d", h.opts.Name, resp.StatusCode)
+	}
+	if len(raw) > maxResponse {
+		return nil, fmt.Errorf("webhook %s: the response exceeds %d bytes", h.opts.Name, maxResponse)
+	}
+	h.sent.Add(1)
+	return raw, nil
+}
+
+// Sign returns the SignatureHeader value for body at time t:
+// "t=<unix>,v1=<hex HMAC-SHA256(secret, "<unix>.<body>")>".
+func Sign(secret []byte, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(ts))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify checks a SignatureHeader value for body against secret, with a
+// timestamp at most tolerance away from now. For receivers (and tests).
+func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	var ts, sig string
+	for _, part := range strings.Split(header, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			sig = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || sig == "" {
+		return errors.New("webhook signature: malformed header")
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
+		return errors.New("webhook signature: timestamp outside the tolerance")
+	}
+	want := Sign(secret, time.Unix(sec, 0), body)
+	_, wantSig, _ := strings.Cut(want, ",v1=")
+	got, err := hex.DecodeString(sig)
+	exp, _ := hex.DecodeString(wantSig)
+	if err != nil || !hmac.Equal(got, exp) {
+		return errors.New("webhook signature: mismatch")
+	}
+	return nil
+}
