@@ -205,6 +205,9 @@ type Hook struct {
 	Timeout  string `yaml:"timeout"`
 	Mutating bool   `yaml:"mutating"`
 	Content  string `yaml:"content"` // hash (default) | full
+	// Secret is the HMAC-SHA256 signing key, as a credential reference
+	// ("{{credential:NAME}}"); required.
+	Secret string `yaml:"secret"`
 }
 
 // Classifications converts the `tools:` entries for catalog.Classify.
@@ -720,6 +723,11 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		}
 		if h.Content != "" && !oneOf(h.Content, "hash", "full") {
 			add(at("hooks", i, "content"), "hooks[%d].content %q: want hash or full", i, h.Content)
+		}
+		if !credRef.MatchString(h.Secret) || strings.TrimSpace(credRef.ReplaceAllString(h.Secret, "")) != "" {
+			add(at("hooks", i), "hooks[%d].secret: want a credential reference such as \"{{credential:hook-secret}}\" (the HMAC-SHA256 signing key)", i)
+		} else {
+			c.checkRefs(h.Secret, at("hooks", i, "secret"), add)
 		}
 	}
 }

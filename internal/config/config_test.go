@@ -43,7 +43,7 @@ policy:
     - {tools: ["*"], per: principal_tool, rate: 10/s, burst: 20}
 approvals: {ttl: 15m, wait: 30s, approvers_scope: toolgate:approve}
 hooks:
-  - {name: siem, mode: observe, url: http://127.0.0.1:9100/hook, timeout: 500ms}
+  - {name: siem, mode: observe, url: http://127.0.0.1:9100/hook, timeout: 500ms, secret: "{{credential:gh-token}}"}
 `
 
 func TestDesignConfigParses(t *testing.T) {
@@ -81,6 +81,9 @@ servers:
 policy:
   rules:
     - {id: r, effect: allow, tools: ["*"], when: 'principal.nope == 1'}
+hooks:
+  - {name: dlp, mode: enforce, url: http://127.0.0.1:1/h, secret: plaintext}
+mcp: {max_body_bytes: 10}
 `
 	_, err := Parse("c.yaml", []byte(src))
 	var issues policy.Issues
@@ -91,7 +94,8 @@ policy:
 		t.Errorf("issues are not invalid_config: %v", err)
 	}
 	text := err.Error()
-	for _, want := range []string{`c.yaml:2:1: unknown key "bogus"`, `c.yaml:7:5: unknown key "colour"`, "undeclared credential", "c.yaml:10:"} {
+	for _, want := range []string{`c.yaml:2:1: unknown key "bogus"`, `c.yaml:7:5: unknown key "colour"`, "undeclared credential", "c.yaml:10:",
+		"c.yaml:12:5: hooks[0].secret: want a credential reference", "mcp.max_body_bytes 10"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("issues lack %q:\n%s", want, text)
 		}
