@@ -190,6 +190,12 @@ type ToolCalled struct {
 	ParentCallID string `json:"parentCallId,omitempty"`
 	// Inputs holds the redacted arguments, only with audit content "full".
 	Inputs json.RawMessage `json:"inputs,omitempty"`
+	// WouldDeny and WouldRuleID record a policy dry run (observe-mode
+	// rules or policy, issue 6): the call runs, but with every rule
+	// enforced rule WouldRuleID would have denied it. A toolgate extension
+	// (the agentToolCalled schema allows additional properties).
+	WouldDeny   bool   `json:"wouldDeny,omitempty"`
+	WouldRuleID string `json:"wouldRuleId,omitempty"`
 }
 
 // NewToolCalled returns the agent.toolCalled payload for ref (an empty
@@ -280,6 +286,13 @@ func (c *ToolCalled) appendJSON(b []byte) ([]byte, error) {
 		if b, err = appendRawJSON(b, c.Inputs); err != nil {
 			return nil, err
 		}
+	}
+	if c.WouldDeny {
+		b = append(b, `,"wouldDeny":true`...)
+	}
+	if c.WouldRuleID != "" {
+		b = append(b, `,"wouldRuleId":`...)
+		b = appendJSONString(b, c.WouldRuleID)
 	}
 	return append(b, '}'), nil
 }

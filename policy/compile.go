@@ -75,6 +75,12 @@ type Program struct {
 	limits  []*rateLimit
 	shared  int // condition texts used by more than one rule
 
+	// Dry run (issue 6): would is the program with every rule enforced,
+	// set when the spec has observe-mode rules or is itself in observe
+	// mode (observeAll: nothing is enforced).
+	would      *Program
+	observeAll bool
+
 	// index caches, per toolId, the rules and rate limit that apply to it.
 	// The map behind the pointer is never modified: a miss copies it.
 	index   atomic.Pointer[map[string]*toolIndex]
@@ -126,6 +132,52 @@ type toolIndex struct {
 // Env.Compile and Env.Program). Compile is safe for concurrent use; it does
 // not retain spec or opts.
 func Compile(spec Spec, opts Options) (*Program, error) {
+	observe := spec.Mode == ModeObserve
+	for _, r := range spec.Rules {
+		observe = observe || r.Mode == ModeObserve
+	}
+	if !observe {
+		return compileOne(spec, opts)
+	}
+	if opts.Version == "" {
+		opts.Version = canonicalVersion(spec, orDefault(spec.Default))
+	}
+	full := spec
+	full.Mode = ""
+	full.Rules = make([]RuleSpec, len(spec.Rules))
+	for i, r := range spec.Rules {
+		r.Mode = ""
+		full.Rules[i] = r
+	}
+	would, err := compileOne(full, opts)
+	if err != nil {
+		return nil, err
+	}
+	enforced := full
+	enforced.Rules = nil
+	for _, r := range spec.Rules {
+		if r.Mode != ModeObserve {
+			r.Mode = ""
+			enforced.Rules = append(enforced.Rules, r)
+		}
+	}
+	p, err := compileOne(enforced, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.would, p.observeAll = would, spec.Mode == ModeObserve
+	return p, nil
+}
+
+func orDefault(e Effect) Effect {
+	if e == "" {
+		return EffectDeny
+	}
+	return e
+}
+
+// compileOne compiles spec, ignoring its modes.
+func compileOne(spec Spec, opts Options) (*Program, error) {
 	env, err := baseEnv()
 	if err != nil { // a bug: the environment is static
 		return nil, errcode.Wrap(errcode.Internal, err, "building the CEL environment")
@@ -536,6 +588,7 @@ func canonicalVersion(spec Spec, def Effect) string {
 		Scopes []string `json:"scopes"`
 		When   string   `json:"when"`
 		Reason string   `json:"reason"`
+		Mode   string   `json:"mode,omitempty"`
 	}
 	type canonLimit struct {
 		Tools []string `json:"tools"`
@@ -547,10 +600,18 @@ func canonicalVersion(spec Spec, def Effect) string {
 		Default    Effect       `json:"default"`
 		Rules      []canonRule  `json:"rules"`
 		RateLimits []canonLimit `json:"ratelimits"`
+		Mode       string       `json:"mode,omitempty"`
 	}
 	doc.Default = def
+	if spec.Mode == ModeObserve {
+		doc.Mode = ModeObserve
+	}
 	for _, r := range spec.Rules {
-		doc.Rules = append(doc.Rules, canonRule{r.ID, r.Effect, r.Tools, sortedSet(r.Scopes), r.When, r.Reason})
+		mode := ""
+		if r.Mode == ModeObserve {
+			mode = ModeObserve
+		}
+		doc.Rules = append(doc.Rules, canonRule{r.ID, r.Effect, r.Tools, sortedSet(r.Scopes), r.When, r.Reason, mode})
 	}
 	for _, l := range spec.RateLimits {
 		per := l.Per

@@ -27,6 +27,9 @@ const (
 	LayerRule = "rule"
 	// LayerDefault: no rule matched; the default posture decided.
 	LayerDefault = "default"
+	// LayerObserve: the policy is in observe mode (dry run); every call
+	// is allowed and Decision.WouldDeny reports what it would have done.
+	LayerObserve = "observe"
 	// LayerError: evaluation failed (fail closed); Decision.Err is set.
 	LayerError = "error"
 	// LayerNoPolicy: no policy is loaded (nil *Program).
@@ -119,6 +122,11 @@ type Decision struct {
 	// MissingScopes is the part of RequiredScopes the principal lacks,
 	// sorted; set when Layer is LayerScopes.
 	MissingScopes []string `json:"missingScopes,omitempty"`
+	// WouldDeny is set in a dry run (observe-mode rules or policy): the
+	// decision with every rule enforced would be deny, but this one is
+	// not. WouldRuleID is the rule that would have decided.
+	WouldDeny   bool   `json:"wouldDeny,omitempty"`
+	WouldRuleID string `json:"wouldRuleId,omitempty"`
 	// Err is non-nil iff evaluation failed (CEL runtime error, cost limit,
 	// context done, args unknown at call time); Effect is then deny and
 	// Layer "error". It is an *errcode.Error: Timeout or Cancelled for the
@@ -191,9 +199,20 @@ func (p *Program) Decide(ctx context.Context, in *Input) (d Decision) {
 	if err := ctx.Err(); err != nil {
 		return p.failed("", ctxError(ctx, err))
 	}
-	ev := p.newEval(ctx, in, !in.ArgsKnown)
-	defer ev.release()
-	return ev.decide()
+	if p.observeAll {
+		d = Decision{Effect: EffectAllow, Layer: LayerObserve, PolicyVersion: p.version,
+			Reason: "the policy is in observe mode (dry run): it is evaluated but not enforced"}
+	} else {
+		ev := p.newEval(ctx, in, !in.ArgsKnown)
+		d = ev.decide()
+		ev.release()
+	}
+	if p.would != nil && d.Effect != EffectDeny {
+		if wd := p.would.Decide(ctx, in); wd.Effect == EffectDeny {
+			d.WouldDeny, d.WouldRuleID = true, wd.RuleID
+		}
+	}
+	return d
 }
 
 // Disclose reports whether the tool may be shown to the principal at list
@@ -587,7 +606,7 @@ func (p *Program) UsesArgs(toolID string) bool {
 	if p == nil {
 		return false
 	}
-	return p.lookup(toolID).usesArgs
+	return p.lookup(toolID).usesArgs || (p.would != nil && p.would.UsesArgs(toolID))
 }
 
 // lookup returns the rules and rate limit for toolID, from the cache when

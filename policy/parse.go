@@ -15,8 +15,8 @@ import (
 
 // Keys accepted in each mapping; anything else is an issue.
 var (
-	policyKeys    = []string{"default", "rules", "ratelimits"}
-	ruleKeys      = []string{"id", "effect", "tools", "scopes", "when", "reason"}
+	policyKeys    = []string{"default", "rules", "ratelimits", "mode"}
+	ruleKeys      = []string{"id", "effect", "tools", "scopes", "when", "reason", "mode"}
 	rateLimitKeys = []string{"tools", "per", "rate", "burst"}
 )
 
@@ -158,6 +158,14 @@ func (p *parser) parse(root *yaml.Node) Spec {
 			p.seq(val, "ratelimits", func(item *yaml.Node) {
 				spec.RateLimits = append(spec.RateLimits, p.rateLimit(item))
 			})
+		case "mode":
+			if m, ok := p.str(val, "mode"); ok {
+				if m != ModeEnforce && m != ModeObserve {
+					p.errorf(val, "mode must be %q or %q, got %q", ModeEnforce, ModeObserve, m)
+				} else {
+					spec.Mode = m
+				}
+			}
 		}
 	})
 	return spec
@@ -201,6 +209,14 @@ func (p *parser) rule(item *yaml.Node) RuleSpec {
 			bad(&r.bad, fieldScopes, ok)
 		case "reason":
 			r.Reason, _ = p.str(val, "reason")
+		case "mode":
+			if m, ok := p.str(val, "mode"); ok {
+				if m != ModeEnforce && m != ModeObserve {
+					p.errorf(val, "mode must be %q or %q, got %q", ModeEnforce, ModeObserve, m)
+				} else {
+					r.Mode = m
+				}
+			}
 		case "when":
 			r.WhenPos = nodePos(p.file, val)
 			var s string

@@ -26,6 +26,13 @@ const (
 	EffectRequireApproval Effect = "require_approval"
 )
 
+// Modes of a policy or a rule (`mode:`): enforce (the default) or observe,
+// a dry run that evaluates and reports but never enforces (issue 6).
+const (
+	ModeEnforce = "enforce"
+	ModeObserve = "observe"
+)
+
 // Valid reports whether e is one of the three effects.
 func (e Effect) Valid() bool {
 	return e == EffectAllow || e == EffectDeny || e == EffectRequireApproval
@@ -153,6 +160,10 @@ type Spec struct {
 	// RateLimits in document order; the first entry whose tools match a
 	// toolId applies to it.
 	RateLimits []RateLimitSpec
+	// Mode is ModeEnforce (also when empty) or ModeObserve: a dry run of
+	// the whole policy, evaluated and reported (Decision.WouldDeny) but
+	// never enforced: every call is allowed.
+	Mode string
 	// Pos is the location of the policy mapping.
 	Pos Pos
 
@@ -181,6 +192,10 @@ type RuleSpec struct {
 	// Reason is the human reason reported in the decision; generated when
 	// empty.
 	Reason string
+	// Mode is ModeEnforce (also when empty) or ModeObserve: the rule is
+	// evaluated and its would-be effect reported (Decision.WouldDeny,
+	// WouldRuleID) but it does not change the decision.
+	Mode string
 	// Pos is the location of the rule mapping; WhenPos that of the `when`
 	// scalar (the opening quote for a quoted scalar, the indicator for a
 	// block scalar).

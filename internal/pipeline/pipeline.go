@@ -129,9 +129,15 @@ type Approver interface {
 
 // Pipeline runs calls through the gate. It is safe for concurrent use.
 type Pipeline struct {
-	opts  Options
-	state atomic.Pointer[State]
+	opts      Options
+	state     atomic.Pointer[State]
+	wouldDeny atomic.Int64
 }
+
+// WouldDenied is the number of calls a policy dry run would have denied
+// (observe-mode rules or policy) but let run: the metric
+// toolgate_policy_would_deny_total.
+func (p *Pipeline) WouldDenied() int64 { return p.wouldDeny.Load() }
 
 // New returns a Pipeline with an empty catalog and no policy (deny all).
 func New(opts Options) (*Pipeline, error) {
@@ -660,6 +666,10 @@ func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
 	c := &cs.c
 	ref := audit.CallRef{AgentID: c.AgentID, ToolName: cs.res.ToolID, CallID: c.CallID, ParentCallID: c.ParentCallID}
 	tc := audit.NewToolCalled(ref, cs.res.RequestedArgsHash, c.Principal.ID, audit.Transport(c.Transport))
+	if d := cs.res.Decision; d.WouldDeny {
+		tc.WouldDeny, tc.WouldRuleID = true, d.WouldRuleID
+		p.wouldDeny.Add(1)
+	}
 	if p.opts.AuditContent == "full" {
 		if red, err := p.opts.Redactor.RedactJSON(cs.args); err == nil {
 			tc.Inputs = red
