@@ -52,6 +52,31 @@ type Binding struct {
 	RunID, CallID string
 	// RuleID and Reason are the policy's, shown to the approver.
 	RuleID, Reason string
+	// Approver is the rule's approver: policy.ApproverUser asks the calling
+	// user in-band when the context carries an Elicitor; "" (or no
+	// Elicitor) waits for an approver principal.
+	Approver string
+	// ArgsSummary is a short, redacted rendering of the arguments, shown
+	// to the user asked in-band.
+	ArgsSummary string
+}
+
+// Elicitor asks the calling user, in-band (MCP elicitation), whether the
+// call may run; approve is the answer, reason an optional note. An error
+// (the client cannot answer) falls back to waiting for an approver.
+type Elicitor func(ctx context.Context, message string) (approve bool, reason string, err error)
+
+type elicitorKey struct{}
+
+// WithElicitor returns ctx carrying e, for calls whose client can be asked
+// in-band (the MCP gateway sets it when the client declared elicitation).
+func WithElicitor(ctx context.Context, e Elicitor) context.Context {
+	return context.WithValue(ctx, elicitorKey{}, e)
+}
+
+func elicitorFrom(ctx context.Context) Elicitor {
+	e, _ := ctx.Value(elicitorKey{}).(Elicitor)
+	return e
 }
 
 // Options configures New.
@@ -126,6 +151,11 @@ func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error)
 	if e != nil {
 		return "", e
 	}
+	if ask := elicitorFrom(ctx); ask != nil && b.Approver == policy.ApproverUser {
+		if id, e, answered := m.askUser(ctx, b, a, ask); answered {
+			return id, e
+		}
+	}
 	ch := make(chan struct{}, 1)
 	m.mu.Lock()
 	m.wake[a.ID] = append(m.wake[a.ID], ch)
@@ -164,6 +194,38 @@ func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error)
 			return "", errcode.Wrap(errcode.Cancelled, ctx.Err(), "waiting for approval "+a.ID).WithDetails(map[string]any{"approvalId": a.ID})
 		}
 	}
+}
+
+// askUser asks the calling user in-band and records the answer like any
+// other resolution (by "user:<principal>"). answered is false when the
+// client could not answer (then the caller waits for an approver).
+func (m *Manager) askUser(ctx context.Context, b Binding, a *store.Approval, ask Elicitor) (string, *errcode.Error, bool) {
+	msg := fmt.Sprintf("Allow %s to run?\n\nReason: %s\nArguments: %s\nApproval id: %s", b.ToolID, b.Reason, b.ArgsSummary, a.ID)
+	actx, cancel := context.WithTimeout(ctx, m.opts.Wait)
+	approve, reason, err := ask(actx, msg)
+	cancel()
+	if err != nil {
+		m.opts.Logger.Info("in-band approval unavailable; waiting for an approver", "approvalId", a.ID, "err", err)
+		return "", nil, false
+	}
+	status := store.ApprovalDenied
+	if approve {
+		status = store.ApprovalApproved
+	}
+	wctx := context.WithoutCancel(ctx)
+	res, err := m.opts.Store.ResolveApproval(wctx, b.Tenant, a.ID, store.Resolution{Status: status, By: "user:" + b.Principal, Reason: reason, At: m.opts.Now()})
+	if err != nil {
+		return "", errcode.Wrap(errcode.AuditUnavailable, err, "recording the user's answer"), true
+	}
+	m.event(wctx, b.RunID, b.Tenant, TypeResolved, map[string]any{
+		"approvalId": a.ID, "toolId": b.ToolID, "status": string(res.Status), "resolvedBy": "user:" + b.Principal, "reason": reason, "inBand": true,
+	})
+	if !approve {
+		return "", errcode.Errorf(errcode.ApprovalDenied, "%s: the user declined the call", b.ToolID).
+			WithDetails(map[string]any{"approvalId": a.ID, "toolName": b.ToolID}), true
+	}
+	id, e := m.consume(ctx, b, res)
+	return id, e, true
 }
 
 // required is the approval_required answer for a.

@@ -285,3 +285,66 @@ func TestPendingSurvivesRestart(t *testing.T) {
 		t.Fatalf("retry after restart and approval: %+v", res)
 	}
 }
+
+// approver: user asks the calling user in-band; the answer is recorded as
+// the approval's resolution (approve runs the call, decline denies it); a
+// client that cannot answer falls back to waiting for an approver.
+func TestInBandUserApproval(t *testing.T) {
+	const userPolicy = `
+default: deny
+rules:
+  - {id: writers, effect: allow, tools: ["native:fs.write"]}
+  - {id: ask-user, effect: require_approval, approver: user, tools: ["native:fs.write"], when: 'has(args.content) && size(args.content) > 10', reason: "confirm large writes"}
+`
+	for _, c := range []struct {
+		name   string
+		answer bool
+		err    error
+		want   errcode.Code
+	}{
+		{"approve", true, nil, ""},
+		{"decline", false, nil, errcode.ApprovalDenied},
+		{"cannot ask", false, context.DeadlineExceeded, errcode.ApprovalRequired},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, mem(t), 10*time.Millisecond)
+			if err := r.gw.SetPolicy(compile(t, userPolicy)); err != nil {
+				t.Fatal(err)
+			}
+			var asked string
+			ctx := approval.WithElicitor(context.Background(), func(_ context.Context, msg string) (bool, string, error) {
+				asked = msg
+				return c.answer, "", c.err
+			})
+			res, err := r.gw.Call(ctx, toolgate.Call{Tool: "native:fs.write", Principal: alice, Args: bigArgs("a rather large write")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := <-r.reqs.ids
+			if code(res) != c.want {
+				t.Fatalf("result %+v, want code %q", res.Err, c.want)
+			}
+			if !strings.Contains(asked, "native:fs.write") || !strings.Contains(asked, "confirm large writes") || !strings.Contains(asked, "rather large") {
+				t.Fatalf("the user was asked %q", asked)
+			}
+			a, err := r.st.GetApproval(context.Background(), "acme", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch c.name {
+			case "approve":
+				if a.Status != store.ApprovalConsumed || a.ResolvedBy != "user:alice" || res.ApprovalID != id {
+					t.Fatalf("approval after an in-band yes: %+v", a)
+				}
+			case "decline":
+				if a.Status != store.ApprovalDenied || a.ResolvedBy != "user:alice" {
+					t.Fatalf("approval after an in-band no: %+v", a)
+				}
+			default:
+				if a.Status != store.ApprovalPending {
+					t.Fatalf("approval after a failed ask: %+v", a)
+				}
+			}
+		})
+	}
+}

@@ -89,6 +89,7 @@ type Program struct {
 
 type rule struct {
 	id       string
+	approver string // ApproverUser or ""
 	effect   Effect
 	tools    []string
 	scopes   []string // sorted, deduplicated
@@ -361,14 +362,19 @@ func (c *compiler) rule(rs *RuleSpec, i int, seen map[string]Pos) *rule {
 		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow and require_approval rules only; a deny rule denies whatever the scopes", name)
 		ok = false
 	}
+	if rs.Approver != "" && rs.Effect != EffectRequireApproval {
+		c.errorf(rs.Pos, "%s: approver applies to require_approval rules only", name)
+		ok = false
+	}
 	r := &rule{
-		id:     rs.ID,
-		effect: rs.Effect,
-		tools:  slices.Clone(rs.Tools),
-		scopes: sortedSet(rs.Scopes),
-		when:   rs.When,
-		reason: rs.Reason,
-		pos:    rs.Pos,
+		id:       rs.ID,
+		approver: rs.Approver,
+		effect:   rs.Effect,
+		tools:    slices.Clone(rs.Tools),
+		scopes:   sortedSet(rs.Scopes),
+		when:     rs.When,
+		reason:   rs.Reason,
+		pos:      rs.Pos,
 	}
 	if r.reason == "" {
 		r.reason = generatedReason(rs.ID, rs.Effect)
@@ -589,6 +595,7 @@ func canonicalVersion(spec Spec, def Effect) string {
 		When   string   `json:"when"`
 		Reason string   `json:"reason"`
 		Mode   string   `json:"mode,omitempty"`
+		Appr   string   `json:"approver,omitempty"`
 	}
 	type canonLimit struct {
 		Tools []string `json:"tools"`
@@ -611,7 +618,7 @@ func canonicalVersion(spec Spec, def Effect) string {
 		if r.Mode == ModeObserve {
 			mode = ModeObserve
 		}
-		doc.Rules = append(doc.Rules, canonRule{r.ID, r.Effect, r.Tools, sortedSet(r.Scopes), r.When, r.Reason, mode})
+		doc.Rules = append(doc.Rules, canonRule{r.ID, r.Effect, r.Tools, sortedSet(r.Scopes), r.When, r.Reason, mode, r.Approver})
 	}
 	for _, l := range spec.RateLimits {
 		per := l.Per

@@ -122,6 +122,9 @@ type Decision struct {
 	// MissingScopes is the part of RequiredScopes the principal lacks,
 	// sorted; set when Layer is LayerScopes.
 	MissingScopes []string `json:"missingScopes,omitempty"`
+	// Approver is the deciding require_approval rule's approver
+	// (ApproverUser or "").
+	Approver string `json:"approver,omitempty"`
 	// WouldDeny is set in a dry run (observe-mode rules or policy): the
 	// decision with every rule enforced would be deny, but this one is
 	// not. WouldRuleID is the rule that would have decided.
@@ -500,6 +503,9 @@ func (p *Program) decision(r *rule, e Effect, layer, reason string, desc, ruleSc
 	}
 	if r != nil {
 		d.RuleID = r.id
+		if e == EffectRequireApproval {
+			d.Approver = r.approver
+		}
 	}
 	return d
 }

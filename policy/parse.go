@@ -16,7 +16,7 @@ import (
 // Keys accepted in each mapping; anything else is an issue.
 var (
 	policyKeys    = []string{"default", "rules", "ratelimits", "mode"}
-	ruleKeys      = []string{"id", "effect", "tools", "scopes", "when", "reason", "mode"}
+	ruleKeys      = []string{"id", "effect", "tools", "scopes", "when", "reason", "mode", "approver"}
 	rateLimitKeys = []string{"tools", "per", "rate", "burst"}
 )
 
@@ -209,6 +209,14 @@ func (p *parser) rule(item *yaml.Node) RuleSpec {
 			bad(&r.bad, fieldScopes, ok)
 		case "reason":
 			r.Reason, _ = p.str(val, "reason")
+		case "approver":
+			if a, ok := p.str(val, "approver"); ok {
+				if a != ApproverUser {
+					p.errorf(val, "approver must be %q (the calling user, asked through MCP elicitation) or omitted", ApproverUser)
+				} else {
+					r.Approver = a
+				}
+			}
 		case "mode":
 			if m, ok := p.str(val, "mode"); ok {
 				if m != ModeEnforce && m != ModeObserve {

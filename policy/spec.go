@@ -26,6 +26,9 @@ const (
 	EffectRequireApproval Effect = "require_approval"
 )
 
+// ApproverUser is the `approver: user` of a require_approval rule.
+const ApproverUser = "user"
+
 // Modes of a policy or a rule (`mode:`): enforce (the default) or observe,
 // a dry run that evaluates and reports but never enforces (issue 6).
 const (
@@ -192,6 +195,11 @@ type RuleSpec struct {
 	// Reason is the human reason reported in the decision; generated when
 	// empty.
 	Reason string
+	// Approver says who approves a require_approval rule's calls: "" (an
+	// approver principal, through the API or the CLI) or ApproverUser (the
+	// calling user, asked in-band through MCP elicitation when the client
+	// supports it; otherwise an approver principal).
+	Approver string
 	// Mode is ModeEnforce (also when empty) or ModeObserve: the rule is
 	// evaluated and its would-be effect reported (Decision.WouldDeny,
 	// WouldRuleID) but it does not change the decision.

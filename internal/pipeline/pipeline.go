@@ -473,10 +473,17 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	// decide
 	res.Decision = p.decide(ctx, cs)
 	if res.Decision.Effect == policy.EffectRequireApproval && p.opts.Approver != nil {
-		id, e := p.opts.Approver.Await(ctx, approval.Binding{
+		b := approval.Binding{
 			Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: h,
 			RunID: c.RunID, CallID: c.CallID, RuleID: res.Decision.RuleID, Reason: res.Decision.Reason,
-		})
+			Approver: res.Decision.Approver,
+		}
+		if b.Approver != "" {
+			if red, err := p.opts.Redactor.RedactJSON(args); err == nil {
+				b.ArgsSummary = summarize(red, 400)
+			}
+		}
+		id, e := p.opts.Approver.Await(ctx, b)
 		if e != nil {
 			return p.refuse(rec, cs, audit.StatusForbidden, e)
 		}
@@ -567,6 +574,19 @@ func (p *Pipeline) refusal(ctx context.Context, cs *callState) *errcode.Error {
 		reason = "denied by policy"
 	}
 	return errcode.Errorf(errcode.Forbidden, "%s: %s", cs.res.ToolID, reason).WithDetails(details)
+}
+
+// summarize shortens JSON for a human prompt: at most n bytes, cut at a
+// rune boundary with "…".
+func summarize(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + "…"
 }
 
 func nonNil(s []string) []string {
