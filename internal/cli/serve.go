@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/ratelimit"
@@ -60,7 +61,7 @@ func newServeCmd() *cobra.Command {
 	var file, listen, filesDir string
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE]",
-		Short: "Run the MCP gateway (Streamable HTTP at /mcp)",
+		Short: "Run the MCP gateway (Streamable HTTP at /mcp) and the OpenWOP HTTP API (/v1)",
 		Long: `Serve the MCP gateway: agents connect to /mcp (Streamable HTTP) with an API key or a JWT bearer
 token; toolgate connects to the configured upstream MCP servers, shows each principal only the tools
 its policy could allow, and runs every tools/call through the gate with durable audit events and
@@ -69,6 +70,11 @@ signed receipts.
 Without --config it starts a quick start: loopback only, SQLite (toolgate.db) and a signing key
 (toolgate.key) in the working directory, three native demo tools (clock.now, text.echo, and
 files.read confined to ./toolgate-files), the demo policy, and a fresh API key printed at start.
+
+The same listener serves the OpenWOP HTTP surface for agents that do not speak MCP: discovery at
+/.well-known/openwop, the tool catalog (GET /v1/tools), HTTP tool calls (POST /v1/calls), the event
+log (GET /v1/runs/{runId}/events, SSE at /v1/events/stream) and POST /v1/policy/explain, over the same
+gate, store and credentials; openwop.test_seams: true adds the conformance seams under /v1/host/sample/.
 
 /healthz answers 200 while the process runs; /readyz answers 200 once every upstream server has
 been connected and listed. SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
@@ -172,8 +178,24 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	defer gw.Close()
 
+	// The OpenWOP HTTP surface (issue 5): same pipeline, store and auth as
+	// /mcp; it serves every path the mux does not, so unknown routes get
+	// the OpenWOP error envelope.
+	upstreamSessions := false
+	for _, s := range cfg.Servers {
+		upstreamSessions = upstreamSessions || s.Sessions == "per_client"
+	}
+	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
+		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
+		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger})
+	if err != nil {
+		return failure("%v", err)
+	}
+	defer api.Close()
+
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
+	mux.Handle("/", api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !gw.Ready() {
@@ -187,10 +209,12 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		return failure("listen %s: %v", cfg.Listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(api.Close) // end SSE streams so Shutdown need not wait for them
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + "/mcp"
 	fmt.Fprintf(stdout, "toolgate: MCP gateway at %s\n", url)
+	fmt.Fprintf(stdout, "toolgate: OpenWOP HTTP API at http://%s/v1 (discovery: /.well-known/openwop)\n", ln.Addr())
 	if quick {
 		fmt.Fprintf(stdout, "toolgate: API key (shown once): %s\n", apiKey)
 		fmt.Fprintf(stdout, "toolgate: try: go run ./cmd/toolgate client tools --url %s --key %s\n", url, apiKey)

@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// ExplainPrincipal is the principal an explanation is for: id (required),
+// tenant (default: the caller's), scopes and attributes as the policy sees
+// them. A plain value.
+type ExplainPrincipal struct {
+	ID         string            `json:"id"`
+	Tenant     string            `json:"tenant,omitempty"`
+	Scopes     []string          `json:"scopes,omitempty"`
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+// ExplainRequest is the body of POST /v1/policy/explain. Principal absent
+// means the caller itself; ToolID is required; Args is a JSON object
+// (absent or null means {}). Unknown members are refused. A plain value.
+type ExplainRequest struct {
+	Principal *ExplainPrincipal `json:"principal,omitempty"`
+	ToolID    string            `json:"toolId"`
+	Args      json.RawMessage   `json:"args,omitempty"`
+}
+
+// ExplainResponse is the answer of POST /v1/policy/explain: the decision
+// Decide gives for (principal, tool, args) at call time over transport
+// native — effect, deciding rule ("" for the default posture or a missing
+// descriptor scope), layer (scopes, rule, default, error, no-policy) and
+// reason — plus whether the tool is disclosed to the principal. Rules, the
+// per-rule trace (conditions, file positions), is included only for a
+// caller holding AdminScope. A plain value.
+type ExplainResponse struct {
+	ToolID         string             `json:"toolId"`
+	Principal      string             `json:"principal"`
+	Decision       policy.Effect      `json:"decision"`
+	Rule           string             `json:"rule"`
+	Layer          string             `json:"layer"`
+	Reason         string             `json:"reason"`
+	PolicyVersion  string             `json:"policyVersion,omitempty"`
+	RequiredScopes []string           `json:"requiredScopes,omitempty"`
+	MissingScopes  []string           `json:"missingScopes,omitempty"`
+	Disclosed      bool               `json:"disclosed"`
+	Error          string             `json:"error,omitempty"`
+	Rules          []policy.RuleTrace `json:"rules,omitempty"`
+}
+
+// decodeExplain parses a POST /v1/policy/explain body. Errors:
+// *errcode.Error invalid_argument (details.field when a member is at fault)
+// for anything but one JSON object with a non-empty toolId, object (or null)
+// args, and a principal object with a non-empty id when present, without
+// unknown members or trailing data. It never panics.
+func decodeExplain(body []byte) (ExplainRequest, error) {
+	var req ExplainRequest
+	if err := decodeJSON(body, &req, true); err != nil {
+		return ExplainRequest{}, err
+	}
+	if req.ToolID == "" {
+		return ExplainRequest{}, invalid("toolId", "toolId is required")
+	}
+	if req.Principal != nil && req.Principal.ID == "" {
+		return ExplainRequest{}, invalid("principal.id", "principal.id is required when principal is given")
+	}
+	args, err := objectArgs(req.Args)
+	if err != nil {
+		return ExplainRequest{}, err
+	}
+	req.Args = args
+	return req, nil
+}
+
+// explain serves POST /v1/policy/explain.
+//
+// Who is explained: without principal, or with the caller's own id (and
+// tenant), the caller as authenticated (scopes in the body are ignored:
+// nobody can explain with scopes they do not hold). Another principal
+// needs AdminScope (403 forbidden, details.requiredScopes, otherwise) and
+// must be of the caller's tenant (tenant empty or equal): admins are
+// tenant-scoped.
+//
+// Which tools: only a tool the caller may see; any other id answers 404
+// exactly as an unknown one. Errors: invalid_argument (400) for a bad body,
+// ambiguous_tool as for POST /v1/calls, 413 for an oversize body.
+func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+	body, err := h.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, err := decodeExplain(body)
+	if err != nil {
+		return err
+	}
+	admin := hasScope(caller, AdminScope)
+	subject := caller
+	if bp := req.Principal; bp != nil && (bp.ID != caller.ID || (bp.Tenant != "" && bp.Tenant != caller.Tenant)) {
+		if !admin {
+			return errcode.Errorf(errcode.Forbidden, "explaining the policy for another principal needs scope %s", AdminScope).
+				WithDetails(map[string]any{"requiredScopes": []string{AdminScope}})
+		}
+		if bp.Tenant != "" && bp.Tenant != caller.Tenant {
+			return errcode.New(errcode.Forbidden, "an admin may explain the policy only for principals of its own tenant").
+				WithDetails(map[string]any{"field": "principal.tenant"})
+		}
+		subject = policy.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
+	}
+	t, err := h.pipe.State().Catalog.Resolve(req.ToolID)
+	if err != nil {
+		return h.callError(r, caller, req.ToolID, nil, err)
+	}
+	if !h.pipe.Visible(r.Context(), caller, t.Descriptor.ToolID) {
+		return notFoundTool(req.ToolID)
+	}
+	x, _, err := h.pipe.Explain(r.Context(), subject, t.Descriptor.ToolID, req.Args)
+	if err != nil {
+		if errcode.CodeOf(err) == errcode.InvalidArgument {
+			return errcode.As(err).WithDetails(map[string]any{"field": "args"})
+		}
+		return err
+	}
+	d := x.Decision
+	out := ExplainResponse{
+		ToolID: t.Descriptor.ToolID, Principal: subject.ID, Decision: d.Effect, Rule: d.RuleID, Layer: d.Layer,
+		Reason: d.Reason, PolicyVersion: d.PolicyVersion, RequiredScopes: d.RequiredScopes, MissingScopes: d.MissingScopes,
+		Disclosed: x.Disclosed, Error: x.Error,
+	}
+	if admin {
+		out.Rules = x.Rules
+	}
+	h.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}

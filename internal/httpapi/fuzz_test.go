@@ -1,0 +1,80 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/toolgate/toolgate/errcode"
+)
+
+// checkDecodeError asserts the decoders' error contract: an
+// *errcode.Error invalid_argument whose envelope is non-empty.
+func checkDecodeError(t *testing.T, body []byte, err error) {
+	t.Helper()
+	e := errcode.As(err)
+	if e == nil || e.Code != errcode.InvalidArgument || e.Message == "" {
+		t.Fatalf("decoding %q: error %v is not an invalid_argument *errcode.Error", body, err)
+	}
+	if _, merr := json.Marshal(envelope{Error: string(e.Code), Message: e.Message, Details: e.Details}); merr != nil {
+		t.Fatalf("decoding %q: the error's envelope does not marshal: %v", body, merr)
+	}
+}
+
+// checkArgs asserts that decoded args are one JSON object.
+func checkArgs(t *testing.T, body, args []byte) {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if !json.Valid(args) || bytes.TrimSpace(args)[0] != '{' || json.Unmarshal(args, &m) != nil || m == nil {
+		t.Fatalf("decoding %q: args %q are not a JSON object", body, args)
+	}
+}
+
+// FuzzDecodeCall: decodeCall never panics; it either fails with
+// invalid_argument or returns a request with a toolId and object args that
+// re-encodes and decodes to the same request. Seed corpus:
+// testdata/fuzz/FuzzDecodeCall.
+func FuzzDecodeCall(f *testing.F) {
+	f.Add([]byte(`{"toolId":"mcp:fs.read_file","args":{"path":"/tmp/x"},"runId":"r1","agentId":"agent-1","parentCallId":"c0"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeCall(body)
+		if err != nil {
+			checkDecodeError(t, body, err)
+			return
+		}
+		if req.ToolID == "" {
+			t.Fatalf("decoding %q: empty toolId accepted", body)
+		}
+		checkArgs(t, body, req.Args)
+		again, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req2, err := decodeCall(again)
+		if err != nil {
+			t.Fatalf("re-decoding %s: %v", again, err)
+		}
+		if req2.ToolID != req.ToolID || req2.RunID != req.RunID || req2.AgentID != req.AgentID || req2.ParentCallID != req.ParentCallID {
+			t.Fatalf("round trip changed %+v into %+v", req, req2)
+		}
+	})
+}
+
+// FuzzDecodeExplain: decodeExplain never panics; it either fails with
+// invalid_argument or returns a request with a toolId, object args and,
+// when a principal is given, a principal id. Seed corpus:
+// testdata/fuzz/FuzzDecodeExplain.
+func FuzzDecodeExplain(f *testing.F) {
+	f.Add([]byte(`{"principal":{"id":"bob","tenant":"acme","scopes":["fs:read"],"attributes":{"team":"x"}},"toolId":"mcp:fs.read_file","args":{"path":"/etc/passwd"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeExplain(body)
+		if err != nil {
+			checkDecodeError(t, body, err)
+			return
+		}
+		if req.ToolID == "" || (req.Principal != nil && req.Principal.ID == "") {
+			t.Fatalf("decoding %q: accepted %+v", body, req)
+		}
+		checkArgs(t, body, req.Args)
+	})
+}

@@ -1,0 +1,291 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/ratelimit"
+	"github.com/toolgate/toolgate/store"
+)
+
+// AdminScope is the principal scope that lets a caller explain the policy's
+// decision for another principal of its own tenant (POST /v1/policy/explain)
+// and see the per-rule trace of an explanation.
+const AdminScope = "toolgate:admin"
+
+// DefaultMaxBodyBytes bounds a request body when Options.MaxBodyBytes is 0
+// (4 MiB, the same default as the MCP endpoint).
+const DefaultMaxBodyBytes = 4 << 20
+
+// DefaultHeartbeat is the SSE keep-alive interval when Options.Heartbeat is
+// 0.
+const DefaultHeartbeat = 15 * time.Second
+
+// Authenticator authenticates a request and writes the 401 answer for a
+// failure. *auth.Authenticator implements it: Authenticate returns the
+// caller's principal or an *errcode.Error with code unauthenticated;
+// Challenge writes 401 with WWW-Authenticate and the flat envelope
+// {"error":"unauthenticated","message":…}. Implementations must be safe
+// for concurrent use.
+type Authenticator interface {
+	Authenticate(r *http.Request) (policy.Principal, error)
+	Challenge(w http.ResponseWriter, err error)
+}
+
+// Options configures New. Pipeline, Auth and Events are required.
+type Options struct {
+	// Pipeline is the gate every call runs through and whose Disclose
+	// scopes the catalog: the same instance the MCP gateway uses, so both
+	// doors give the same answer.
+	Pipeline *pipeline.Pipeline
+	// Auth authenticates every /v1 request (discovery is public).
+	Auth Authenticator
+	// Events is the event store the pipeline writes to: run reads, the SSE
+	// stream, and the seams' reads and writes.
+	Events store.Events
+	// Sessions records the session-run seam's tool sessions; nil records
+	// the tool.session.* events only.
+	Sessions store.Sessions
+	// Receipts is the receipt log of the seams' pipeline (the pipeline
+	// Receipts of the gate). Required when TestSeams is true.
+	Receipts pipeline.ReceiptLog
+	// TestSeams serves the OpenWOP conformance seams under
+	// /v1/host/sample/ (config openwop.test_seams). When false those paths
+	// answer 404 like any unknown route.
+	TestSeams bool
+	// SessionLifecycle advertises toolCatalog.sessionLifecycle: set it only
+	// when a production code path emits tool.session.opened/closed (the
+	// MCP gateway does, for upstream servers with per_client sessions).
+	SessionLifecycle bool
+	// MCP advertises "mcp" in supportedTransports (the MCP endpoint is
+	// served next to this surface).
+	MCP bool
+	// MaxBodyBytes bounds a request body (bytes); a larger one is refused
+	// with 413. 0 means DefaultMaxBodyBytes. It is advertised as
+	// limits.maxRequestBodyBytes.
+	MaxBodyBytes int64
+	// AuditContent is the gate's audit content (config audit.content):
+	// "hash" (default) or "full". The seams' pipeline uses it too, and
+	// "full" withdraws toolHooks.prePostEvents (see ToolHooks).
+	AuditContent string
+	// Version is implementation.version in the discovery document
+	// (default "dev").
+	Version string
+	// Heartbeat is the SSE keep-alive comment interval; 0 means
+	// DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Logger receives operator logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Handler serves the OpenWOP HTTP surface (see the package doc for the
+// endpoints). It is immutable after New except for the seams' rate-limit
+// buckets (replaced by POST /v1/host/sample/test/reset) and safe for
+// concurrent use.
+type Handler struct {
+	opts    Options
+	pipe    *pipeline.Pipeline
+	auth    Authenticator
+	events  store.Events
+	log     *slog.Logger
+	mux     *http.ServeMux
+	maxBody int64
+
+	seamPolicy  *policy.Program
+	seamLimiter atomic.Pointer[ratelimit.Memory]
+
+	done      chan struct{} // closed by Close: ends SSE streams
+	closeOnce atomic.Bool
+}
+
+// New returns the handler; it keeps opts (and the values it points to) for
+// its lifetime. Errors (*errcode.Error InvalidConfig): a missing Pipeline,
+// Auth or Events, or TestSeams without Receipts.
+func New(opts Options) (*Handler, error) {
+	if opts.Pipeline == nil || opts.Auth == nil || opts.Events == nil {
+		return nil, errcode.New(errcode.InvalidConfig, "httpapi: Pipeline, Auth and Events are required")
+	}
+	if opts.TestSeams && opts.Receipts == nil {
+		return nil, errcode.New(errcode.InvalidConfig, "httpapi: TestSeams needs Receipts")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{opts: opts, pipe: opts.Pipeline, auth: opts.Auth, events: opts.Events, log: log,
+		maxBody: opts.MaxBodyBytes, done: make(chan struct{})}
+	if opts.TestSeams {
+		prg, err := seamPolicy()
+		if err != nil {
+			return nil, errcode.Wrap(errcode.Internal, err, "httpapi: compiling the seam policy")
+		}
+		h.seamPolicy = prg
+		h.seamLimiter.Store(ratelimit.NewMemory(ratelimit.MemoryOptions{}))
+	}
+	h.routes()
+	return h, nil
+}
+
+// routes registers every endpoint on h.mux.
+func (h *Handler) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /.well-known/openwop", h.discovery)
+	m.Handle("GET /v1/tools", h.authed(h.listTools))
+	m.Handle("GET /v1/tools/{toolId...}", h.authed(h.getTool))
+	m.Handle("POST /v1/calls", h.authed(h.postCall))
+	m.Handle("GET /v1/runs/{runId}/events", h.authed(h.runEvents))
+	m.Handle("GET /v1/events/stream", h.authed(h.stream))
+	m.Handle("POST /v1/policy/explain", h.authed(h.explain))
+	if h.opts.TestSeams {
+		m.Handle("POST /v1/host/sample/toolhooks/invoke", h.authed(h.seamInvoke))
+		m.Handle("POST /v1/host/sample/tools/session-run", h.authed(h.seamSessionRun))
+		m.Handle("GET /v1/host/sample/test/runs/{runId}/events", h.authed(h.seamRunEvents))
+		m.Handle("POST /v1/host/sample/test/reset", h.authed(h.seamReset))
+	}
+	h.mux = m
+}
+
+// ServeHTTP routes r. A path no endpoint serves answers 404 not_found and a
+// method an endpoint does not accept answers 405 (code invalid_argument,
+// with Allow), both as the flat envelope; so do the seam paths when
+// TestSeams is false. Mount the handler at "/" (or at "/v1/" and
+// "/.well-known/openwop"). Safe for concurrent use.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd, pattern := h.mux.Handler(r)
+	if pattern != "" {
+		h.mux.ServeHTTP(w, r) // sets the path values
+		return
+	}
+	// Not found, method not allowed, or a redirect to the cleaned path:
+	// learn which from the mux's own answer, then answer it our way.
+	rec := &headerRecorder{header: http.Header{}}
+	hd.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		allow := rec.header.Get("Allow")
+		h.writeError(w, r, &statusError{status: http.StatusMethodNotAllowed,
+			err:    errcode.Errorf(errcode.InvalidArgument, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow),
+			header: http.Header{"Allow": {allow}}})
+	case http.StatusMovedPermanently, http.StatusPermanentRedirect, http.StatusTemporaryRedirect, http.StatusFound:
+		w.Header().Set("Location", rec.header.Get("Location"))
+		w.WriteHeader(rec.status)
+	default:
+		h.writeError(w, r, errcode.Errorf(errcode.NotFound, "no endpoint %s %s", r.Method, r.URL.Path))
+	}
+}
+
+// headerRecorder captures the status and headers of the mux's fallback
+// answer (its body is discarded).
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *headerRecorder) Header() http.Header { return r.header }
+func (r *headerRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (r *headerRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+// Close ends every open SSE stream (they finish their current write and
+// return), so that http.Server.Shutdown does not wait for them; register it
+// with http.Server.RegisterOnShutdown. Idempotent; safe for concurrent use.
+func (h *Handler) Close() {
+	if h.closeOnce.CompareAndSwap(false, true) {
+		close(h.done)
+	}
+}
+
+// authedFunc is an endpoint behind authentication: it receives the
+// caller's principal and returns an error for writeError instead of writing
+// it (STYLE rule 23).
+type authedFunc func(w http.ResponseWriter, r *http.Request, p policy.Principal) error
+
+// authed authenticates the request (401 through writeError on failure),
+// then runs fn and maps its error.
+func (h *Handler) authed(fn authedFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := h.auth.Authenticate(r)
+		if err != nil {
+			if errcode.CodeOf(err) != errcode.Unauthenticated {
+				err = errcode.Wrap(errcode.Unauthenticated, err, "authentication failed")
+			}
+			h.writeError(w, r, err)
+			return
+		}
+		if err := fn(w, r, p); err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+// readBody reads the whole request body, at most h.maxBody bytes. Errors:
+// invalid_argument answered 413 (details.limitBytes) for a larger body,
+// invalid_argument 400 for a body that cannot be read.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > h.maxBody {
+		return nil, h.tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, h.tooLarge()
+		}
+		return nil, errcode.Wrap(errcode.InvalidArgument, err, "reading the request body")
+	}
+	return body, nil
+}
+
+func (h *Handler) tooLarge() error {
+	return withStatus(http.StatusRequestEntityTooLarge,
+		errcode.Errorf(errcode.InvalidArgument, "the request body exceeds %d bytes", h.maxBody).
+			WithDetails(map[string]any{"limitBytes": h.maxBody}))
+}
+
+// detach returns a context that is done when r's is or when h is closed.
+func (h *Handler) detach(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() {
+		select {
+		case <-h.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// hasScope reports whether p holds scope.
+func hasScope(p policy.Principal, scope string) bool {
+	for _, s := range p.Scopes {
+		if s == scope {
+			return true
+		}
+	}
+	return false
+}
