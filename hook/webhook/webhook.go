@@ -77,7 +77,7 @@ type Options struct {
 	Mode   hook.Mode // hook.Observe or hook.Enforce
 	// Full sends the redacted arguments ("args"); Redact must then be set.
 	Full   bool
-	Redact func(json.RawMessage) (json.RawMessage, error)
+	Redact func([]byte) ([]byte, error)
 	Client *http.Client // nil: a client without its own timeout (the pipeline's per-callback timeout applies)
 	Queue  int          // observe queue length; 0 means DefaultQueue
 	Logger *slog.Logger
@@ -132,6 +132,9 @@ func New(opts Options) (*Hook, error) {
 	}
 	return h, nil
 }
+
+// Name is the hook's name.
+func (h *Hook) Name() string { return h.opts.Name }
 
 // Dropped is the number of observe requests dropped because the queue was
 // full (the metric toolgate_hook_dropped_total).

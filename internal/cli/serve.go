@@ -17,7 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/hook/webhook"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -154,9 +157,26 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	defer st.Close()
 	redactor := audit.NewRedactor()
+	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
+	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
+	approvals, err := approval.New(approval.Options{Store: st, Events: store.EventLog(st), TTL: ttl, Wait: wait,
+		ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval, Logger: logger})
+	if err != nil {
+		return failure("%v", err)
+	}
+	hooks, webhooks, err := buildHooks(cfg, redactor, logger)
+	if err != nil {
+		return failure("%v", err)
+	}
+	defer func() {
+		for _, h := range webhooks {
+			h.Close()
+		}
+	}()
 	pipe, err := pipeline.New(pipeline.Options{
 		Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
+		Approver: approvals, Hooks: hooks,
 	})
 	if err != nil {
 		return failure("%v", err)
@@ -187,7 +207,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
-		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger})
+		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger,
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -197,6 +218,14 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
 	mux.Handle("/", api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintf(w, "# HELP toolgate_policy_would_deny_total Calls a policy dry run (observe mode) would have denied.\n# TYPE toolgate_policy_would_deny_total counter\ntoolgate_policy_would_deny_total %d\n", pipe.WouldDenied())
+		fmt.Fprintf(w, "# HELP toolgate_hook_dropped_total Observe webhook requests dropped on a full queue.\n# TYPE toolgate_hook_dropped_total counter\n")
+		for _, h := range webhooks {
+			fmt.Fprintf(w, "toolgate_hook_dropped_total{hook=%q} %d\n", h.Name(), h.Dropped())
+		}
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !gw.Ready() {
 			http.Error(w, "upstream servers are still connecting", http.StatusServiceUnavailable)
@@ -240,6 +269,41 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			return shutdown(srv, gw, st, logger)
 		}
 	}
+}
+
+// buildHooks makes the config's webhook hooks, their signing secrets
+// resolved from credentials (and registered for redaction).
+func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) ([]hook.Registration, []*webhook.Hook, error) {
+	var regs []hook.Registration
+	var hs []*webhook.Hook
+	for _, hc := range cfg.Hooks {
+		secret, err := config.ExpandCredentials(hc.Secret, func(name string) (string, error) {
+			cr, ok := cfg.Credentials[name]
+			if !ok {
+				return "", fmt.Errorf("credential %s is not declared", name)
+			}
+			v, err := cr.Resolve(name)
+			if err == nil {
+				redactor.AddSecret(name, v)
+			}
+			return v, err
+		})
+		if err != nil {
+			return nil, hs, fmt.Errorf("hook %s: %v", hc.Name, err)
+		}
+		var timeout time.Duration
+		if hc.Timeout != "" {
+			timeout, _ = config.ParseDuration(hc.Timeout)
+		}
+		h, err := webhook.New(webhook.Options{Name: hc.Name, URL: hc.URL, Secret: []byte(secret), Mode: hook.Mode(hc.Mode),
+			Full: hc.Content == "full", Redact: redactor.RedactJSON, Logger: log})
+		if err != nil {
+			return nil, hs, err
+		}
+		hs = append(hs, h)
+		regs = append(regs, hook.Registration{Name: hc.Name, Hook: h, Mode: hook.Mode(hc.Mode), Mutating: hc.Mutating, Timeout: timeout})
+	}
+	return regs, hs, nil
 }
 
 // shutdown stops accepting connections, waits (up to 30 s) for in-flight

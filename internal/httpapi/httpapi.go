@@ -84,6 +84,20 @@ type Options struct {
 	Heartbeat time.Duration
 	// Logger receives operator logs; nil discards.
 	Logger *slog.Logger
+	// Approvals serves the approval inbox (GET /v1/approvals, POST
+	// /v1/approvals/{id}/approve|deny); nil leaves those routes out.
+	Approvals Approvals
+	// ApproversScope is the scope that lets a caller see every principal's
+	// approvals (approving needs it too; Approvals checks). Default
+	// "toolgate:approve".
+	ApproversScope string
+}
+
+// Approvals is the approval inbox the HTTP surface serves;
+// *approval.Manager implements it. Safe for concurrent use.
+type Approvals interface {
+	List(ctx context.Context, tenant string, status store.ApprovalStatus) ([]store.Approval, error)
+	Resolve(ctx context.Context, approver policy.Principal, id string, approve bool, reason string) (*store.Approval, error)
 }
 
 // Handler serves the OpenWOP HTTP surface (see the package doc for the
@@ -125,6 +139,9 @@ func New(opts Options) (*Handler, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	if opts.ApproversScope == "" {
+		opts.ApproversScope = "toolgate:approve"
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -153,6 +170,11 @@ func (h *Handler) routes() {
 	m.Handle("GET /v1/runs/{runId}/events", h.authed(h.runEvents))
 	m.Handle("GET /v1/events/stream", h.authed(h.stream))
 	m.Handle("POST /v1/policy/explain", h.authed(h.explain))
+	if h.opts.Approvals != nil {
+		m.Handle("GET /v1/approvals", h.authed(h.listApprovals))
+		m.Handle("POST /v1/approvals/{id}/approve", h.authed(h.resolveApproval(true)))
+		m.Handle("POST /v1/approvals/{id}/deny", h.authed(h.resolveApproval(false)))
+	}
 	if h.opts.TestSeams {
 		m.Handle("POST /v1/host/sample/toolhooks/invoke", h.authed(h.seamInvoke))
 		m.Handle("POST /v1/host/sample/tools/session-run", h.authed(h.seamSessionRun))
