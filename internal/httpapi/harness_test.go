@@ -42,6 +42,8 @@ var principals = []struct {
 	{"bob", "b", []string{"notes:read"}},
 	{"carol", "a", nil},
 	{"root", "a", []string{"toolgate:admin", "notes:read"}},
+	{"erin", "a", []string{"notes:write", "notes:read"}},
+	{"dave", "a", []string{"toolgate:approve"}},
 }
 
 // serveConfig is the configuration of the running server (%s: the
@@ -59,7 +61,10 @@ tools:
   - {match: "mcp:up.*", safety_tier: read, replay_policy: idempotent, egress: none}
   - {match: "mcp:up.write", safety_tier: write, scopes: [notes:write], replay_policy: non-deterministic}
   - {match: "mcp:up.*_notes", scopes: [notes:read]}
-policy:
+%s`
+
+// defaultPolicy is the policy of startServe.
+const defaultPolicy = `policy:
   default: deny
   rules:
     - {id: shared, effect: allow, tools: ["mcp:up.echo", "mcp:up.fail", "mcp:up.write", "mcp:up.limited"], reason: "shared tools"}
@@ -82,6 +87,8 @@ type server struct {
 	exited chan int
 	stderr *syncBuffer
 	once   sync.Once
+
+	cfgFile, cfgHead string // the config file, and its text before the policy block
 }
 
 type syncBuffer struct {
@@ -106,6 +113,13 @@ func (b *syncBuffer) String() string {
 // upstream's tools are listed). The server stops at the end of the test.
 func startServe(t *testing.T, seams bool) *server {
 	t.Helper()
+	return startServeWith(t, seams, defaultPolicy)
+}
+
+// startServeWith is startServe with tail (the policy block and anything
+// after it) instead of defaultPolicy.
+func startServeWith(t *testing.T, seams bool, tail string) *server {
+	t.Helper()
 	up := startUpstream(t)
 	dir := t.TempDir()
 	s := &server{t: t, keys: map[string]string{}, dir: dir, db: filepath.Join(dir, "toolgate.db"), exited: make(chan int, 1), stderr: &syncBuffer{}}
@@ -122,7 +136,9 @@ func startServe(t *testing.T, seams bool) *server {
 		}
 		fmt.Fprintf(&keyLines, "    - {id: %s, key_sha256: %q, tenant: %s, scopes: %s}\n", p.id, auth.HashKey(k), p.tenant, sc)
 	}
-	cfg := fmt.Sprintf(serveConfig, seams, s.db, filepath.Join(dir, "toolgate.key"), keyLines.String(), up+"/mcp")
+	cfg := fmt.Sprintf(serveConfig, seams, s.db, filepath.Join(dir, "toolgate.key"), keyLines.String(), up+"/mcp", tail)
+	s.cfgFile = filepath.Join(dir, "toolgate.yaml")
+	s.cfgHead = strings.TrimSuffix(cfg, tail)
 	file := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
