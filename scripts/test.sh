@@ -22,6 +22,9 @@ go vet ./...
 step "go build"
 go build -o /dev/null ./cmd/toolgate
 
+step "npm test dependencies (testdata/npm: MCP reference servers, Node 22)"
+bash scripts/npm-setup.sh
+
 step "go test -race (unit, integration, fuzz seed corpora)"
 go test -race -count=1 -timeout 20m ./...
 

@@ -2,6 +2,7 @@ package mcpgw
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,8 @@ type dsession struct {
 	opened   map[string]string // server → tool-session id of tool.session.opened
 	logLevel mcp.LoggingLevel  // last logging/setLevel, replayed on new upstream sessions
 	closed   bool
+
+	closeOnce sync.Once // close: a second caller waits for the first to finish
 }
 
 // dsession returns the state of ss, creating it (and a watcher that closes
@@ -49,8 +52,10 @@ func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession 
 	}
 	go func() {
 		ss.Wait()
-		g.sessions.Delete(ds.id)
+		// Closed before it leaves g.sessions, so that Gateway.Close waits
+		// for it.
 		ds.close(audit.SessionCompleted)
+		g.sessions.Delete(ds.id)
 	}()
 	return ds
 }
@@ -78,7 +83,7 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 			cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: lvl})
 			cancel()
 		}
-	})
+	}, ds.clientMiddleware)
 	ds.conns[u.name] = c
 	ds.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, connectWait)
@@ -90,7 +95,12 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 	return cs, err
 }
 
-// clientOptions relay what u sends on ds's upstream session to ds's client.
+// clientOptions relay what u sends on ds's upstream session to ds's client:
+// logging and progress notifications, resource updates (to ds's client
+// only, see resourceUpdated), the end of a URL elicitation, and sampling
+// and elicitation requests. The upstream sees ds's client's sampling and
+// elicitation capabilities as that client declared them (the SDK would
+// infer its own from the handlers set); roots keep the SDK's default.
 func (ds *dsession) clientOptions(u *upstream) *mcp.ClientOptions {
 	ss := ds.ss
 	opts := &mcp.ClientOptions{Logger: ds.g.log}
@@ -104,22 +114,142 @@ func (ds *dsession) clientOptions(u *upstream) *mcp.ClientOptions {
 		ss.NotifyProgress(ctx, req.Params)
 	}
 	opts.ResourceUpdatedHandler = func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
-		ds.g.server.ResourceUpdated(ctx, req.Params)
+		ds.g.resourceUpdated(ctx, ss, req.Params)
 	}
-	if caps := ss.InitializeParams(); caps != nil && caps.Capabilities != nil {
-		if caps.Capabilities.Sampling != nil {
-			opts.CreateMessageHandler = func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-				return ss.CreateMessage(ctx, req.Params)
+	opts.ElicitationCompleteHandler = func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+		ss.NotifyElicitationComplete(ctx, req.Params)
+	}
+	caps := &mcp.ClientCapabilities{RootsV2: &mcp.RootCapabilities{ListChanged: true}}
+	if down := clientCaps(ss); down != nil {
+		if down.Sampling != nil {
+			c := *down.Sampling
+			caps.Sampling = &c
+			// The tools variant relays every field and content block as is
+			// (the basic one would reject multi-block content).
+			opts.CreateMessageWithToolsHandler = func(ctx context.Context, req *mcp.CreateMessageWithToolsRequest) (*mcp.CreateMessageWithToolsResult, error) {
+				return ss.CreateMessageWithTools(ctx, req.Params)
 			}
 		}
-		if caps.Capabilities.Elicitation != nil {
-			opts.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-				return ss.Elicit(ctx, req.Params)
-			}
+		if down.Elicitation != nil {
+			c := *down.Elicitation
+			caps.Elicitation = &c // clientMiddleware relays elicitation/create
 		}
 	}
+	opts.Capabilities = caps
 	return opts
 }
+
+// clientCaps are the capabilities ss's client declared, nil before
+// initialize.
+func clientCaps(ss *mcp.ServerSession) *mcp.ClientCapabilities {
+	if ip := ss.InitializeParams(); ip != nil {
+		return ip.Capabilities
+	}
+	return nil
+}
+
+// clientMiddleware is the receiving middleware of ds's upstream sessions. It
+// relays elicitation/create to ds's client before the SDK client checks the
+// requested schema: that check is stricter than the spec and than the
+// clients the gateway fronts (go-sdk v1.8.0 rejects a titled multi-select,
+// items {type: string, anyOf: [...]}, which its own conformance server
+// sends), and the upstream checks the answer against its schema anyway.
+func (ds *dsession) clientMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "elicitation/create" && ds.ss != nil {
+			if caps := clientCaps(ds.ss); caps != nil && caps.Elicitation != nil {
+				if r, ok := req.(*mcp.ElicitRequest); ok && r.Params != nil {
+					return relayElicit(ctx, ds.ss, r.Params)
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// relayElicit sends p to ss's client as it is and returns the answer as it
+// is. The requested schema goes past ServerSession.Elicit in ctx (Elicit
+// would check it as the SDK client does, then the answer against it);
+// sendingMiddleware puts it back on the wire.
+func relayElicit(ctx context.Context, ss *mcp.ServerSession, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	q := *p
+	if q.RequestedSchema != nil {
+		ctx = withElicitSchema(ctx, q.RequestedSchema)
+		q.RequestedSchema = nil
+	}
+	return ss.Elicit(ctx, &q)
+}
+
+type elicitSchemaKey struct{}
+
+func withElicitSchema(ctx context.Context, schema any) context.Context {
+	return context.WithValue(ctx, elicitSchemaKey{}, schema)
+}
+
+func elicitSchemaFrom(ctx context.Context) any { return ctx.Value(elicitSchemaKey{}) }
+
+// resourceUpdated relays an upstream resources/updated to ss, if ss is
+// subscribed to the resource. Server.ResourceUpdated notifies every
+// subscribed session, with the params it is given; sendingMiddleware drops
+// the notifications for sessions other than ss (g.updates: params → ss),
+// since their own upstream sessions send their own.
+func (g *Gateway) resourceUpdated(ctx context.Context, ss *mcp.ServerSession, p *mcp.ResourceUpdatedNotificationParams) {
+	q := *p
+	g.updates.Store(&q, ss)
+	defer g.updates.Delete(&q)
+	g.server.ResourceUpdated(ctx, &q)
+}
+
+// sendingMiddleware is the gateway server's sending middleware: it restores
+// a relayed elicitation's schema (relayElicit) and keeps a relayed resource
+// update to its one session (resourceUpdated).
+func (g *Gateway) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "elicitation/create":
+			schema := elicitSchemaFrom(ctx)
+			p, ok := req.GetParams().(*mcp.ElicitParams)
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			if schema != nil && ok && p != nil && p.RequestedSchema == nil {
+				q := *p
+				q.RequestedSchema = schema
+				req = &mcp.ServerRequest[*mcp.ElicitParams]{Session: ss, Params: &q}
+			}
+		case "notifications/resources/updated":
+			if to, ok := g.updates.Load(req.GetParams()); ok && to != req.GetSession() {
+				return nil, nil
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// relayStreamEnd relays the end of an upstream call's response stream
+// without a response (err from cs.CallTool) to the downstream call, when
+// the upstream is still up (it answers a ping): the upstream then closed
+// the SSE stream mid-call on purpose (SEP-1699 polling) but cannot resume
+// it (it sent no event id), so the gateway closes its client's stream too,
+// and the client sees what it would see without the gateway. The call
+// still ends, and is recorded, as upstream_unavailable; that result is not
+// delivered on the closed stream. When the upstream is down the stream
+// stays open and carries the upstream_unavailable result.
+func relayStreamEnd(ctx context.Context, cc *callCtx, cs *mcp.ClientSession, err error) {
+	// go-sdk v1.8.0 has no sentinel for this error; the message is its own
+	// (streamable.go, processStream). The conformance test (scenario
+	// server-sse-polling) notices if it changes.
+	if cc == nil || cc.extra == nil || cc.extra.CloseSSEStream == nil ||
+		!strings.Contains(err.Error(), "request terminated without response") {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingWait)
+	defer cancel()
+	if cs.Ping(pctx, nil) == nil {
+		cc.extra.CloseSSEStream(mcp.CloseSSEStreamArgs{})
+	}
+}
+
+// pingWait bounds relayStreamEnd's ping.
+const pingWait = 2 * time.Second
 
 // setLogLevel forwards logging/setLevel to ds's open upstream sessions and
 // remembers it for the ones opened later.
@@ -141,7 +271,7 @@ func (ds *dsession) setLogLevel(ctx context.Context, p *mcp.SetLoggingLevelParam
 // sessionOpened records tool.session.opened for server (once).
 func (ds *dsession) sessionOpened(server string) {
 	ds.mu.Lock()
-	if _, ok := ds.opened[server]; ok || ds.id == "" {
+	if _, ok := ds.opened[server]; ok || ds.id == "" || ds.closed {
 		ds.mu.Unlock()
 		return
 	}
@@ -170,15 +300,17 @@ func (ds *dsession) sessionOpened(server string) {
 }
 
 // close closes ds's upstream sessions and records tool.session.closed for
-// each opened one. Idempotent.
+// each opened one. Idempotent; every call returns once that is done (the
+// gateway's Close must not return, and the store close, while the session's
+// own end is still recording).
 func (ds *dsession) close(outcome string) {
+	ds.closeOnce.Do(func() { ds.doClose(outcome) })
+}
+
+func (ds *dsession) doClose(outcome string) {
 	ds.mu.Lock()
-	if ds.closed {
-		ds.mu.Unlock()
-		return
-	}
 	ds.closed = true
-	conns, opened := ds.conns, ds.opened
+	conns, opened := maps.Clone(ds.conns), maps.Clone(ds.opened)
 	ds.mu.Unlock()
 	for _, c := range conns {
 		c.close()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,6 +27,13 @@ const (
 	maxBackoff  = 5 * time.Second
 	stableAfter = 10 * time.Second
 )
+
+// testHookSessionEnded, set only by tests, is called by a conn's supervisor
+// once its session has ended and the conn is down (session() answers
+// upstream_unavailable), before it waits to reconnect; the reconnect waits
+// for it to return. pid is the ended stdio server's process id (0 for
+// HTTP). It lets a test observe the down state without racing the restart.
+var testHookSessionEnded atomic.Pointer[func(server string, pid int)]
 
 // dialer opens client sessions to one configured upstream server. It is
 // immutable; safe for concurrent use.
@@ -76,10 +84,12 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// dial connects one client session with opts. For a stdio server it starts
-// the process; cmd is then the started command (nil for HTTP).
-func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientSession, *exec.Cmd, error) {
+// dial connects one client session with opts and receiving middleware mw.
+// For a stdio server it starts the process; cmd is then the started command
+// (nil for HTTP).
+func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: Version}, opts)
+	client.AddReceivingMiddleware(mw...)
 	var transport mcp.Transport
 	var cmd *exec.Cmd
 	if len(d.cfg.Command) > 0 {
@@ -94,7 +104,10 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions) (*mcp.Client
 			base = d.client.Transport
 		}
 		hc := &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
-		transport = &mcp.StreamableClientTransport{Endpoint: d.cfg.URL, HTTPClient: hc, MaxRetries: -1}
+		// MaxRetries stays the SDK's default (5): a server may end an SSE
+		// stream mid-call and expect the client to resume it with
+		// Last-Event-ID (SEP-1699); with no retries the whole session fails.
+		transport = &mcp.StreamableClientTransport{Endpoint: d.cfg.URL, HTTPClient: hc}
 	}
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
@@ -110,6 +123,7 @@ type conn struct {
 	server string
 	d      *dialer
 	opts   *mcp.ClientOptions
+	mw     []mcp.Middleware // receiving middleware of each session
 	log    *slog.Logger
 	onUp   func(*mcp.ClientSession) // called after each (re)connect, may be nil
 
@@ -123,9 +137,10 @@ type conn struct {
 	done    chan struct{}
 }
 
-// newConn starts supervising a session to d's server.
-func newConn(d *dialer, opts *mcp.ClientOptions, log *slog.Logger, onUp func(*mcp.ClientSession)) *conn {
-	c := &conn{server: d.cfg.Name, d: d, opts: opts, log: log, onUp: onUp,
+// newConn starts supervising a session to d's server; mw is the receiving
+// middleware of each of its client sessions.
+func newConn(d *dialer, opts *mcp.ClientOptions, log *slog.Logger, onUp func(*mcp.ClientSession), mw ...mcp.Middleware) *conn {
+	c := &conn{server: d.cfg.Name, d: d, opts: opts, mw: mw, log: log, onUp: onUp,
 		upCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
@@ -144,7 +159,7 @@ func (c *conn) run() {
 			case <-ctx.Done():
 			}
 		}()
-		cs, cmd, err := c.d.dial(ctx, c.opts)
+		cs, cmd, err := c.d.dial(ctx, c.opts, c.mw...)
 		cancel()
 		if err == nil {
 			c.mu.Lock()
@@ -163,6 +178,10 @@ func (c *conn) run() {
 			start := time.Now()
 			werr := cs.Wait()
 			c.mu.Lock()
+			pid := 0
+			if c.cmd != nil && c.cmd.Process != nil {
+				pid = c.cmd.Process.Pid
+			}
 			c.cs, c.cmd = nil, nil
 			c.lastErr = fmt.Errorf("the session ended: %v", werr)
 			if werr == nil {
@@ -175,6 +194,9 @@ func (c *conn) run() {
 				return
 			}
 			c.log.Warn("upstream session ended; reconnecting", "server", c.server, "err", werr)
+			if h := testHookSessionEnded.Load(); h != nil {
+				(*h)(c.server, pid)
+			}
 			if time.Since(start) > stableAfter {
 				backoff = minBackoff
 			}

@@ -1,0 +1,233 @@
+package mcpgw_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/mcpgw"
+	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/ratelimit"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/sqlite"
+)
+
+// startAllowAllGateway serves toolgate, wired as `toolgate serve` wires it,
+// with one Streamable HTTP upstream (server "up" at upstreamURL, sessions
+// per client) and a policy that allows every tool. It returns the /mcp URL
+// and an API key.
+func startAllowAllGateway(t *testing.T, upstreamURL string) (string, string) {
+	t.Helper()
+	key, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`
+auth:
+  api_keys:
+    - {id: tester, key_sha256: %q, tenant: test}
+servers:
+  - {name: up, url: %q}
+policy:
+  rules:
+    - {id: all, effect: allow, tools: ["*"]}
+`, auth.HashKey(key), upstreamURL)
+	cfg, err := config.Parse("toolgate.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx := context.Background()
+	priv, err := receipt.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "toolgate.db"), sqlite.Options{Signer: receipt.NewSigner(priv), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	redactor := audit.NewRedactor()
+	pipe, err := pipeline.New(pipeline.Options{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Redactor: redactor,
+		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Sessions: st,
+		Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		srv.Close()
+		gw.Close()
+	})
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := gw.WaitReady(wctx); err != nil {
+		t.Fatalf("the gateway did not connect to its upstream: %v", err)
+	}
+	return srv.URL + "/mcp", key
+}
+
+// relayClient connects a go-sdk client with opts to the gateway at gwURL.
+func relayClient(t *testing.T, gwURL, key string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: bearer{key: key}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "relay-test", Version: "1"}, opts).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: gwURL, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// An upstream that goes away in the middle of a call answers that call
+// with an upstream_unavailable result (the client's stream is not closed
+// the way a live upstream's SEP-1699 stream close is relayed).
+func TestRelayUpstreamGoneMidCall(t *testing.T) {
+	started := make(chan struct{})
+	server := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	server.AddTool(&mcp.Tool{Name: "block", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			close(started)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(up.Close) // after the gateway's cleanup, which ends its sessions
+	gwURL, key := startAllowAllGateway(t, up.URL)
+	cs := relayClient(t, gwURL, key, nil)
+
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "block"})
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the upstream tool was not called")
+	}
+	up.Listener.Close()
+	up.CloseClientConnections()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not end after its upstream went away")
+	}
+	if o.err != nil {
+		t.Fatalf("call: %v; want an upstream_unavailable result", o.err)
+	}
+	if !o.res.IsError || !strings.HasPrefix(firstTextOf(o.res), "upstream_unavailable") {
+		t.Fatalf("result %+v (%q); want isError upstream_unavailable", o.res, firstTextOf(o.res))
+	}
+}
+
+func firstTextOf(r *mcp.CallToolResult) string {
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			return tc.Text
+		}
+	}
+	return ""
+}
+
+// A resource update an upstream sends on one client's upstream session
+// reaches that client only, once: two subscribed clients each get one
+// notification per update, not one per subscribed client.
+func TestRelayResourceUpdatedOncePerClient(t *testing.T) {
+	const uri = "test://watched"
+	server := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	server.AddTool(&mcp.Tool{Name: "noop", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	server.AddResource(&mcp.Resource{Name: "watched", URI: uri},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: "x"}}}, nil
+		})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(up.Close) // after the gateway's cleanup, which ends its sessions
+	gwURL, key := startAllowAllGateway(t, up.URL)
+
+	var counts [2]atomic.Int32
+	got := make(chan int, 16)
+	for i := range counts {
+		cs := relayClient(t, gwURL, key, &mcp.ClientOptions{
+			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+				if req.Params.URI == uri {
+					counts[i].Add(1)
+					got <- i
+				}
+			},
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		cancel()
+		if err != nil {
+			t.Fatalf("client %d: subscribe: %v", i, err)
+		}
+	}
+	server.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+	seen := map[int]bool{}
+	for len(seen) < 2 {
+		select {
+		case i := <-got:
+			seen[i] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("resources/updated reached clients %v of 2", seen)
+		}
+	}
+	// A duplicate would be sent right after (by the other client's
+	// upstream session); allow it time to arrive.
+	select {
+	case i := <-got:
+		t.Errorf("client %d got a second resources/updated", i)
+	case <-time.After(500 * time.Millisecond):
+	}
+	for i := range counts {
+		if n := counts[i].Load(); n != 1 {
+			t.Errorf("client %d: %d resources/updated; want 1", i, n)
+		}
+	}
+}
