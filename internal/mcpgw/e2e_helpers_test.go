@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
@@ -226,15 +227,23 @@ policy:
 
 // e2eGateway is a running gateway wired as internal/cli/serve.go does.
 type e2eGateway struct {
-	gw  *Gateway
-	st  *sqlite.Store
-	srv *httptest.Server
-	url string
+	approvals *approval.Manager // startGatewayWith(…, true) only
+	gw        *Gateway
+	st        *sqlite.Store
+	srv       *httptest.Server
+	url       string
 }
 
 // startGateway parses yamlText and serves the gateway on 127.0.0.1; it
 // returns once every upstream has been connected and listed.
 func startGateway(t *testing.T, yamlText string) *e2eGateway {
+	t.Helper()
+	return startGatewayWith(t, yamlText, false)
+}
+
+// startGatewayWith is startGateway; with approvals, require_approval calls
+// wait for an approval.Manager on the same store (wait 30 s), e.approvals.
+func startGatewayWith(t *testing.T, yamlText string, approvals bool) *e2eGateway {
 	t.Helper()
 	ctx := t.Context()
 	cfg, err := config.Parse("test.yaml", []byte(yamlText))
@@ -256,10 +265,18 @@ func startGateway(t *testing.T, yamlText string) *e2eGateway {
 		}
 	})
 	redactor := audit.NewRedactor()
-	pipe, err := pipeline.New(pipeline.Options{
+	var mgr *approval.Manager
+	popts := pipeline.Options{
 		Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
-	})
+	}
+	if approvals {
+		if mgr, err = approval.New(approval.Options{Store: st, Events: store.EventLog(st), Wait: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		popts.Approver = mgr
+	}
+	pipe, err := pipeline.New(popts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +297,7 @@ func startGateway(t *testing.T, yamlText string) *e2eGateway {
 	if err := gw.WaitReady(wctx); err != nil {
 		t.Fatalf("the gateway's upstreams did not become ready: %v", err)
 	}
-	return &e2eGateway{gw: gw, st: st, srv: srv, url: srv.URL}
+	return &e2eGateway{gw: gw, st: st, srv: srv, url: srv.URL, approvals: mgr}
 }
 
 // bearerRT adds "Authorization: Bearer <key>" to every request.

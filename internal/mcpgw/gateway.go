@@ -39,6 +39,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
@@ -559,6 +560,16 @@ func decodeCursor(c string) (string, error) {
 	return name, nil
 }
 
+// disclosed reports whether toolID is in p's tool list.
+func (g *Gateway) disclosed(ctx context.Context, p policy.Principal, toolID string) bool {
+	for _, t := range g.pipe.Disclose(ctx, p) {
+		if t.Descriptor.ToolID == toolID {
+			return true
+		}
+	}
+	return false
+}
+
 // unknownTool is the JSON-RPC error MCP servers (the go-sdk) give for a tool
 // they do not have; undisclosed tools answer exactly the same (DESIGN.md
 // decision 5).
@@ -598,12 +609,20 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 	}
 	cc := &callCtx{ds: ds, progress: params.GetProgressToken(), extra: req.Extra}
 	ctx = withCall(ctx, cc)
+	if ask := ds.elicitor(); ask != nil {
+		ctx = approval.WithElicitor(ctx, ask)
+	}
 	res, err := g.pipe.Call(ctx, c)
 	if err != nil {
 		switch errcode.CodeOf(err) {
 		case errcode.NotFound, errcode.AmbiguousTool:
 			return nil, unknownTool(params.Name)
 		case errcode.InvalidArgument:
+			// Malformed arguments of a tool the principal may not see
+			// answer like an unknown tool: no existence leak.
+			if res == nil || res.ToolID == "" || !g.disclosed(ctx, p, res.ToolID) {
+				return nil, unknownTool(params.Name)
+			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: errcode.As(err).Message}
 		}
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
@@ -718,6 +737,34 @@ func callFrom(ctx context.Context) *callCtx {
 // returned as the output with a tool_execution_failed error; a connection
 // failure is upstream_unavailable.
 func (g *Gateway) mcpInvoker(u *upstream, name string, timeout time.Duration) pipeline.Invoker {
+	return &mcpInvoker{g: g, u: u, invoke: g.mcpInvokeFunc(u, name, timeout)}
+}
+
+// mcpInvoker invokes one upstream tool; as a pipeline.Preparer it opens the
+// caller's upstream session before the call is recorded.
+type mcpInvoker struct {
+	g      *Gateway
+	u      *upstream
+	invoke pipeline.InvokerFunc
+}
+
+func (m *mcpInvoker) Invoke(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
+	return m.invoke(ctx, t, args)
+}
+
+// Prepare opens the calling downstream session's upstream session (per
+// client), recording tool.session.opened before the call's events.
+func (m *mcpInvoker) Prepare(ctx context.Context, _ *catalog.Tool) error {
+	cc := callFrom(ctx)
+	if cc == nil || cc.ds == nil {
+		return nil
+	}
+	_, err := m.g.sessionFor(ctx, cc.ds, m.u)
+	return err
+}
+
+// mcpInvokeFunc is the invocation of tool name on u.
+func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration) pipeline.InvokerFunc {
 	return pipeline.InvokerFunc(func(ctx context.Context, _ *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
 		cc := callFrom(ctx)
 		var ds *dsession

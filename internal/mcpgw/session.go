@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/policy"
@@ -583,4 +584,40 @@ func (g *Gateway) forEachVisible(ctx context.Context, req mcp.Request, fn func(*
 		}
 	}
 	return lastErr
+}
+
+// elicitor asks ds's client in-band (MCP elicitation) whether a call needing
+// approval may run (policy `approver: user`), or is nil when the client did
+// not declare the elicitation capability.
+func (ds *dsession) elicitor() approval.Elicitor {
+	if ds == nil || ds.ss == nil {
+		return nil
+	}
+	ip := ds.ss.InitializeParams()
+	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return nil
+	}
+	ss := ds.ss
+	return func(ctx context.Context, message string) (bool, string, error) {
+		res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+			Message: message,
+			RequestedSchema: map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"approve": map[string]any{"type": "boolean", "title": "Approve", "description": "Run this call?"},
+					"reason":  map[string]any{"type": "string", "title": "Reason"},
+				},
+				"required": []string{"approve"},
+			},
+		})
+		if err != nil {
+			return false, "", err
+		}
+		if res.Action != "accept" {
+			return false, "the user chose " + res.Action, nil
+		}
+		approve, _ := res.Content["approve"].(bool)
+		reason, _ := res.Content["reason"].(string)
+		return approve, reason, nil
+	}
 }

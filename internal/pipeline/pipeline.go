@@ -48,6 +48,15 @@ type Invoker interface {
 	Invoke(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error)
 }
 
+// Preparer is implemented by an Invoker that has set-up to do before a call
+// that passed every gate is recorded: the MCP gateway opens the caller's
+// upstream session there, so that tool.session.opened precedes the call's
+// agent.toolCalled (RFC 0078 §D). A Prepare error is logged and otherwise
+// ignored: Invoke then fails and the failure is recorded as usual.
+type Preparer interface {
+	Prepare(ctx context.Context, t *catalog.Tool) error
+}
+
 // InvokerFunc adapts a function to Invoker.
 type InvokerFunc func(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error)
 
@@ -516,6 +525,11 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	// before-hooks
 	if e := p.beforeHooks(ctx, cs); e != nil {
 		return p.refuse(rec, cs, audit.StatusForbidden, e)
+	}
+	if pr, ok := st.Invokers[res.ToolID].(Preparer); ok {
+		if err := pr.Prepare(ctx, tool); err != nil {
+			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", p.opts.Redactor.RedactString(err.Error()))
+		}
 	}
 	// agent.toolCalled is durable before the tool runs.
 	called, err := p.calledEvent(cs)
