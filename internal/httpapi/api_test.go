@@ -468,10 +468,8 @@ func TestSeamsDisabled(t *testing.T) {
 // opens an upstream session (tool.session.opened in the run named after the
 // MCP session), and closing the client closes it (tool.session.closed,
 // same sessionId and toolId, outcome completed, after every call event);
-// the events are readable over HTTP. (The MCP gateway opens the upstream
-// session lazily, inside the first call, so its tool.session.opened follows
-// that call's agent.toolCalled; the seam's bracket, which the conformance
-// scenario reads, is in order.)
+// the events are readable over HTTP; tool.session.opened is the run's first
+// event, before the call's agent.toolCalled.
 func TestSessionLifecycleOverMCP(t *testing.T) {
 	s := startServe(t, false)
 	cs := s.mcpSession(t, "alice")
@@ -499,7 +497,7 @@ func TestSessionLifecycleOverMCP(t *testing.T) {
 				}
 			}
 			if len(opened) != 1 || opened[0].Payload["sessionId"] != closed.Payload["sessionId"] || opened[0].Payload["toolId"] != closed.Payload["toolId"] ||
-				closed.Payload["outcome"] != "completed" || all[len(all)-1].Type != "tool.session.closed" {
+				closed.Payload["outcome"] != "completed" || all[len(all)-1].Type != "tool.session.closed" || all[0].Type != "tool.session.opened" {
 				t.Fatalf("session bracket: %+v", all)
 			}
 			return
