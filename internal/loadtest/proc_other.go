@@ -1,0 +1,18 @@
+//go:build !linux
+
+package loadtest
+
+import (
+	"errors"
+	"os/exec"
+	"time"
+)
+
+func setPdeathsig(*exec.Cmd) {}
+
+// procCPU needs /proc: gateway CPU is reported only on Linux.
+func procCPU(int) (time.Duration, error) {
+	return 0, errors.New("gateway CPU is measured from /proc (Linux only)")
+}
+
+func selfCPU() time.Duration { return 0 }
