@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -100,6 +101,12 @@ reloads the policy from --config (kept unchanged if the new file has issues).`,
 // serve runs the gateway until ctx ends or a termination signal arrives.
 func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir string) error {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if os.Getenv("GOGC") == "" {
+		// The gateway's live heap is small (tens of MB) and its garbage is
+		// per-call JSON: collecting less often cuts GC CPU (about 15% of a
+		// call) for a few MB. GOGC in the environment overrides this.
+		debug.SetGCPercent(400)
+	}
 	var cfg *config.Config
 	var apiKey string
 	quick := file == ""
