@@ -14,7 +14,9 @@ package approval
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/canonjson"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
@@ -59,6 +62,14 @@ type Binding struct {
 	// ArgsSummary is a short, redacted rendering of the arguments, shown
 	// to the user asked in-band.
 	ArgsSummary string
+	// Args are the call's exact (unredacted) arguments, a JSON object. The
+	// approval is bound to them by an HMAC (Options.BindingKey) of their
+	// RFC 8785 canonical form, because ArgsHash covers redacted arguments:
+	// two calls differing only in a secret-looking value share an argsHash
+	// but never an approval. Never stored.
+	Args []byte
+
+	binding string // HMAC of Args, set by Await
 }
 
 // Elicitor asks the calling user, in-band (MCP elicitation), whether the
@@ -91,8 +102,13 @@ type Options struct {
 	ApproversScope string
 	// AllowSelfApproval lets the requester approve their own call.
 	AllowSelfApproval bool
-	Now               func() time.Time
-	Logger            *slog.Logger
+	// BindingKey keys the HMAC binding approvals to exact arguments (see
+	// Binding.Args). Keep it stable across restarts (serve derives it from
+	// the signing key), or pending approvals stop matching their retries.
+	// nil: a random per-process key.
+	BindingKey []byte
+	Now        func() time.Time
+	Logger     *slog.Logger
 }
 
 // Manager creates, resolves and consumes approvals. Safe for concurrent use.
@@ -126,6 +142,10 @@ func New(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if len(opts.BindingKey) == 0 {
+		opts.BindingKey = make([]byte, 32)
+		rand.Read(opts.BindingKey)
+	}
 	return &Manager{opts: opts, wake: map[string][]chan struct{}{}}, nil
 }
 
@@ -144,6 +164,9 @@ func (m *Manager) Wait() time.Duration { return m.opts.Wait }
 // the call could use it; Cancelled when ctx ended; AuditUnavailable when
 // the store fails.
 func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error) {
+	if e := m.bind(&b); e != nil {
+		return "", e
+	}
 	if id, e := m.consumeApproved(ctx, b); id != "" || e != nil {
 		return id, e
 	}
@@ -287,7 +310,7 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 		}
 	}
 	a := &store.Approval{ID: newID(), Tenant: b.Tenant, Principal: b.Principal, ToolID: b.ToolID, ArgsHash: b.ArgsHash,
-		CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
+		ArgsBinding: b.binding, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
 	if err := m.opts.Store.CreateApproval(wctx, a); err != nil {
 		return nil, errcode.Wrap(errcode.AuditUnavailable, err, "storing the approval")
 	}
@@ -298,8 +321,27 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 	return a, nil
 }
 
+// bind computes b's argument binding: HMAC-SHA256(BindingKey, toolId 0x00
+// canonical(args)), hex.
+func (m *Manager) bind(b *Binding) *errcode.Error {
+	args := b.Args
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	canon, err := canonjson.Canonicalize(args)
+	if err != nil {
+		return errcode.Wrap(errcode.InvalidArgument, err, "approval: arguments are not canonicalizable JSON")
+	}
+	mac := hmac.New(sha256.New, m.opts.BindingKey)
+	mac.Write([]byte(b.ToolID))
+	mac.Write([]byte{0})
+	mac.Write(canon)
+	b.binding = hex.EncodeToString(mac.Sum(nil))
+	return nil
+}
+
 func matches(a *store.Approval, b Binding) bool {
-	return a.Principal == b.Principal && a.ToolID == b.ToolID && a.ArgsHash == b.ArgsHash
+	return a.Principal == b.Principal && a.ToolID == b.ToolID && a.ArgsHash == b.ArgsHash && a.ArgsBinding == b.binding
 }
 
 // Resolve approves (approve true) or denies tenant's pending approval id

@@ -101,7 +101,8 @@ func newRig(t *testing.T, st store.Approvals, wait time.Duration) *rig {
 	t.Helper()
 	r := &rig{clk: newClock(), st: st}
 	r.reqs = &requests{Log: audit.NewMemoryLog(), ids: make(chan string, 16)}
-	mgr, err := approval.New(approval.Options{Store: st, Events: r.reqs, TTL: time.Hour, Wait: wait, Now: r.clk.Now})
+	mgr, err := approval.New(approval.Options{Store: st, Events: r.reqs, TTL: time.Hour, Wait: wait, Now: r.clk.Now,
+		BindingKey: []byte("test binding key")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +347,29 @@ rules:
 				}
 			}
 		})
+	}
+}
+
+// Approvals are bound to the exact arguments: argsHash is computed over
+// redacted arguments, so two calls differing only in a secret-looking
+// value share it, but an approval of one never covers the other.
+func TestApprovalBoundToExactArgs(t *testing.T) {
+	r := newRig(t, mem(t), 10*time.Millisecond)
+	a, b := bigArgs("sk-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), bigArgs("sk-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
+	first := r.call(t, a)
+	id := <-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	second := r.call(t, b)
+	if first.RequestedArgsHash != second.RequestedArgsHash {
+		t.Fatalf("the premise does not hold: argsHash %s vs %s", first.RequestedArgsHash, second.RequestedArgsHash)
+	}
+	if code(second) != errcode.ApprovalRequired || r.ran.Load() != 0 {
+		t.Fatalf("an approval for other (secret) arguments was used: %+v", second)
+	}
+	<-r.reqs.ids
+	if res := r.call(t, a); res.Status != audit.StatusOK || res.ApprovalID != id {
+		t.Fatalf("the approved arguments: %+v", res)
 	}
 }

@@ -36,14 +36,19 @@ func (s ApprovalStatus) Valid() bool {
 // Times are stored with nanosecond precision and returned in UTC. An
 // Approval is a plain value; stores copy it in and out.
 type Approval struct {
-	ID        string         // unique across tenants; 1–256 bytes of UTF-8
-	Tenant    string         // "" for a single-tenant deployment
-	Principal string         // who asked (the call's principal id); required
-	ToolID    string         // the canonical toolId; required
-	ArgsHash  string         // the call's argsHash (64 lowercase hex); required
-	Status    ApprovalStatus // see the ApprovalStatus constants
-	CreatedAt time.Time      // required
-	ExpiresAt time.Time      // zero: never expires; else after CreatedAt
+	ID        string // unique across tenants; 1–256 bytes of UTF-8
+	Tenant    string // "" for a single-tenant deployment
+	Principal string // who asked (the call's principal id); required
+	ToolID    string // the canonical toolId; required
+	ArgsHash  string // the call's argsHash (64 lowercase hex); required
+	// ArgsBinding binds the approval to the exact arguments: an HMAC (hex)
+	// of the canonical, unredacted arguments (approval.Manager computes
+	// it). argsHash alone is not enough: it is computed over redacted
+	// arguments. Optional for the store.
+	ArgsBinding string
+	Status      ApprovalStatus // see the ApprovalStatus constants
+	CreatedAt   time.Time      // required
+	ExpiresAt   time.Time      // zero: never expires; else after CreatedAt
 	// ResolvedBy, Reason and ResolvedAt are set by Resolve; all three are
 	// empty while pending.
 	ResolvedBy string    // who decided (an approver id, or the expiry sweeper)
@@ -71,8 +76,8 @@ func (a *Approval) Validate() error {
 	if err := checkString("id", a.ID, true, 256); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}} {
-		if err := checkString(f.name, f.v, f.name != "tenant", 1<<16); err != nil {
+	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}, {"argsBinding", a.ArgsBinding}} {
+		if err := checkString(f.name, f.v, f.name != "tenant" && f.name != "argsBinding", 1<<16); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -167,7 +169,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
 	approvals, err := approval.New(approval.Options{Store: st, Events: store.EventLog(st), TTL: ttl, Wait: wait,
-		ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval, Logger: logger})
+		ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval, Logger: logger,
+		BindingKey: bindingKey(key)})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -276,6 +279,13 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			return shutdown(srv, gw, st, logger)
 		}
 	}
+}
+
+// bindingKey derives the approvals' argument-binding HMAC key from the
+// signing key, so that it is stable across restarts and secret.
+func bindingKey(key ed25519.PrivateKey) []byte {
+	sum := sha256.Sum256(append([]byte("toolgate approval binding v1\x00"), key.Seed()...))
+	return sum[:]
 }
 
 // buildHooks makes the config's webhook hooks, their signing secrets

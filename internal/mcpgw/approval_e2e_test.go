@@ -3,6 +3,8 @@ package mcpgw
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -97,5 +99,34 @@ func TestSessionBracketAndNoExistenceLeak(t *testing.T) {
 	alice := e.connect(t, keyAlice)
 	if _, err := tryCall(t, alice, "secret", "not an object"); err == nil || strings.Contains(err.Error(), "unknown tool") {
 		t.Fatalf("bad arguments of a visible tool: %v; want an argument error", err)
+	}
+}
+
+// An upstream error message that echoes a resolved credential reaches the
+// MCP client scrubbed ([REDACTED:<id>]), as it does over POST /v1/calls.
+func TestUpstreamErrorIsRedacted(t *testing.T) {
+	const token = "tok-0123456789abcdef-secret"
+	t.Setenv("TG_TEST_UPSTREAM_TOKEN", token)
+	s := mcp.NewServer(&mcp.Implementation{Name: "leaky", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "leak", InputSchema: map[string]any{"type": "object"}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "auth failed with " + req.Extra.Header.Get("X-Token")}}}, nil
+		})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	e := startGateway(t, fmt.Sprintf(`auth:
+  api_keys:
+    - {id: alice, key_sha256: %q, tenant: %s}
+credentials:
+  upstream-token: {env: TG_TEST_UPSTREAM_TOKEN}
+servers:
+  - {name: leaky, url: %s, headers: {X-Token: "{{credential:upstream-token}}"}}
+policy:
+  rules: [{id: all, effect: allow, tools: ["*"]}]
+`, auth.HashKey(keyAlice), tenant, yamlQuote(srv.URL)))
+	res := callTool(t, e.connect(t, keyAlice), "leak", map[string]any{})
+	text := resultText(res)
+	if !res.IsError || strings.Contains(text, token) || !strings.Contains(text, "[REDACTED:upstream-token]") {
+		t.Fatalf("upstream error reached the client as %q", text)
 	}
 }

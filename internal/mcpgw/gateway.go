@@ -641,8 +641,13 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 	case res.Status == audit.StatusOK:
 		out = toResult(false, res.Output)
 	case res.Output != nil && res.Err != nil && res.Err.Code == errcode.ToolExecutionFailed && sf.server[res.ToolID] != "":
-		// The upstream's own isError result, as it sent it.
-		out = cc.upstreamResult(res.Output)
+		// The upstream's own isError result, with resolved credentials
+		// and secret shapes scrubbed (DESIGN.md decision 9: error
+		// messages never carry secrets), as over POST /v1/calls.
+		out = toResult(true, res.Output)
+		if red, err := g.pipe.Redactor().RedactJSON(res.Output); err == nil {
+			out = toResult(true, red)
+		}
 		out.IsError = true
 	default:
 		out = errorResult(res.Err)

@@ -485,7 +485,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		b := approval.Binding{
 			Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: h,
 			RunID: c.RunID, CallID: c.CallID, RuleID: res.Decision.RuleID, Reason: res.Decision.Reason,
-			Approver: res.Decision.Approver,
+			Approver: res.Decision.Approver, Args: args,
 		}
 		if b.Approver != "" {
 			if red, err := p.opts.Redactor.RedactJSON(args); err == nil {

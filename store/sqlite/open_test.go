@@ -32,8 +32,8 @@ func TestReopen(t *testing.T) {
 			t.Fatalf("round %d: Open: %v", round, err)
 		}
 		var n int
-		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 2 {
-			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 2 (0001, 0002)", round, n, err)
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 3 (0001-0003)", round, n, err)
 		}
 		if round > 0 {
 			// A follower resuming with a cursor from before the restart
@@ -176,8 +176,8 @@ func TestMigrations(t *testing.T) {
 	}
 	defer conn.Close()
 	applied, err := migrate(ctx, conn, migrationFS)
-	if err != nil || !slices.Equal(applied, []int{1, 2}) {
-		t.Fatalf("first migrate: %v, %v; want [1 2]", applied, err)
+	if err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
+		t.Fatalf("first migrate: %v, %v; want [1 2 3]", applied, err)
 	}
 	applied, err = migrate(ctx, conn, migrationFS)
 	if err != nil || len(applied) != 0 {
@@ -187,17 +187,19 @@ func TestMigrations(t *testing.T) {
 	next := fstest.MapFS{
 		"migrations/0001_init.sql":      {Data: []byte("SELECT 1")},
 		"migrations/0002_retention.sql": {Data: []byte("SELECT 1")},
-		"migrations/0003_extra.sql":     {Data: []byte("CREATE TABLE extra (x INTEGER); CREATE INDEX extra_x ON extra (x);")},
+		"migrations/0003_binding.sql":   {Data: []byte("SELECT 1")},
+		"migrations/0004_extra.sql":     {Data: []byte("CREATE TABLE extra (x INTEGER); CREATE INDEX extra_x ON extra (x);")},
 	}
-	if applied, err := migrate(ctx, conn, next); err != nil || !slices.Equal(applied, []int{3}) {
-		t.Fatalf("migrate 0003: %v, %v; want [3]", applied, err)
+	if applied, err := migrate(ctx, conn, next); err != nil || !slices.Equal(applied, []int{4}) {
+		t.Fatalf("migrate 0004: %v, %v; want [4]", applied, err)
 	}
 	broken := fstest.MapFS{
 		"migrations/0001_init.sql":      {Data: []byte("SELECT 1")},
 		"migrations/0002_retention.sql": {Data: []byte("SELECT 1")},
-		"migrations/0003_extra.sql":     {Data: []byte("SELECT 1")},
-		"migrations/0004_good.sql":      {Data: []byte("CREATE TABLE good (x INTEGER)")},
-		"migrations/0005_bad.sql":       {Data: []byte("CREATE TABLE bad (x INTEGER); THIS IS NOT SQL")},
+		"migrations/0003_binding.sql":   {Data: []byte("SELECT 1")},
+		"migrations/0004_extra.sql":     {Data: []byte("SELECT 1")},
+		"migrations/0005_good.sql":      {Data: []byte("CREATE TABLE good (x INTEGER)")},
+		"migrations/0006_bad.sql":       {Data: []byte("CREATE TABLE bad (x INTEGER); THIS IS NOT SQL")},
 	}
 	_, err = migrate(ctx, conn, broken)
 	if errcode.CodeOf(err) != errcode.AuditUnavailable {
@@ -207,8 +209,8 @@ func TestMigrations(t *testing.T) {
 	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_schema WHERE name IN ('good', 'bad')").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("a failed migration run left %d tables (%v)", n, err)
 	}
-	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
-		t.Fatalf("schema_migrations has %d rows (%v), want 3", n, err)
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 4 {
+		t.Fatalf("schema_migrations has %d rows (%v), want 4", n, err)
 	}
 	// A database from a newer build is refused.
 	if _, err := migrate(ctx, conn, migrationFS); errcode.CodeOf(err) != errcode.InvalidConfig {
