@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
@@ -197,10 +199,12 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			natives = append(natives, mcpgw.Native{Descriptor: t.desc, Invoker: nativeInvoker(t.fn)})
 		}
 	}
-	authn, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{})
 	if err != nil {
 		return failure("auth: %v", err)
 	}
+	authn := &swapAuth{}
+	authn.cur.Store(firstAuth)
 	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives,
 		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
 	if err != nil {
@@ -273,7 +277,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			return shutdown(srv, gw, st, logger)
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				reload(file, gw, logger)
+				reload(ctx, file, gw, authn, logger)
 				continue
 			}
 			return shutdown(srv, gw, st, logger)
@@ -341,9 +345,21 @@ func shutdown(srv *http.Server, gw *mcpgw.Gateway, st *sqlite.Store, log *slog.L
 	return nil
 }
 
-// reload re-reads file and installs its policy; on any issue the running
-// configuration stays.
-func reload(file string, gw *mcpgw.Gateway, log *slog.Logger) {
+// swapAuth is the running authenticator, replaced on reload.
+type swapAuth struct {
+	cur atomic.Pointer[auth.Authenticator]
+}
+
+func (s *swapAuth) Authenticate(r *http.Request) (policy.Principal, error) {
+	return s.cur.Load().Authenticate(r)
+}
+
+func (s *swapAuth) Challenge(w http.ResponseWriter, err error) { s.cur.Load().Challenge(w, err) }
+
+// reload re-reads file and installs its policy, tools: classification and
+// auth (API keys, JWT); on any issue the running configuration stays.
+// Changed sections that need a restart are logged.
+func reload(ctx context.Context, file string, gw *mcpgw.Gateway, authn *swapAuth, log *slog.Logger) {
 	if file == "" {
 		log.Warn("SIGHUP ignored: the quick start has no config file")
 		return
@@ -353,9 +369,19 @@ func reload(file string, gw *mcpgw.Gateway, log *slog.Logger) {
 		log.Error("reload failed; keeping the running configuration", "file", file, "err", strings.TrimSpace(err.Error()))
 		return
 	}
-	if err := gw.SetPolicy(cfg.Policy); err != nil {
+	newAuth, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	if err != nil {
+		log.Error("reload failed (auth); keeping the running configuration", "err", err)
+		return
+	}
+	restart, err := gw.Reload(cfg)
+	if err != nil {
 		log.Error("reload failed; keeping the running configuration", "err", err)
 		return
 	}
-	log.Info("reloaded the policy", "file", file)
+	authn.cur.Store(newAuth)
+	log.Info("reloaded the policy, tool classification and auth", "file", file)
+	if len(restart) > 0 {
+		log.Warn("these sections changed but apply only after a restart", "sections", strings.Join(restart, ", "))
+	}
 }

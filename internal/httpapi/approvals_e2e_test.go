@@ -174,3 +174,32 @@ func (s *server) pendingList(t *testing.T) []string {
 	}
 	return out
 }
+
+// SIGHUP reloads auth too: a key removed from the file stops working.
+func TestReloadAuth(t *testing.T) {
+	s := startServe(t, false)
+	if r := s.do(t, "bob", "GET", "/v1/tools", nil); r.status != 200 {
+		t.Fatalf("bob before the reload: %d", r.status)
+	}
+	var lines []string
+	for _, l := range strings.Split(s.cfgHead+defaultPolicy, "\n") {
+		if !strings.Contains(l, "{id: bob,") {
+			lines = append(lines, l)
+		}
+	}
+	if err := os.WriteFile(s.cfgFile, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.do(t, "bob", "GET", "/v1/tools", nil).status != 401 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's removed key still works after the reload; stderr:\n%s", s.stderr.String())
+		}
+	}
+	if r := s.do(t, "alice", "GET", "/v1/tools", nil); r.status != 200 {
+		t.Fatalf("alice after the reload: %d %s", r.status, r.body)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -108,6 +109,7 @@ type Gateway struct {
 
 	mu      sync.Mutex // serialises rebuild and policy swaps
 	policy  *policy.Program
+	classes []config.ToolClass // tools: classification (reloadable), under mu
 	surface atomic.Pointer[surface]
 
 	sessions sync.Map // downstream session id → *dsession
@@ -152,7 +154,8 @@ func New(opts Options) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy}
+	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy,
+		classes: opts.Config.Tools}
 	resolve := func(name string) (string, error) {
 		cr, ok := g.cfg.Credentials[name]
 		if !ok {
@@ -313,6 +316,41 @@ func (g *Gateway) SetPolicy(p *policy.Program) error {
 	return nil
 }
 
+// Reload installs what of cfg can change while running: the policy and the
+// tools: classification (and so descriptors, scopes and annotations),
+// atomically, then tells connected sessions their tool lists may have
+// changed. It returns the top-level sections that differ but need a
+// restart to apply (servers, naming, store, listen, mcp, signing,
+// credentials). Errors: a catalog the new classification makes invalid
+// (the running configuration stays). Safe for concurrent use.
+func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
+	g.mu.Lock()
+	oldPolicy, oldClasses := g.policy, g.classes
+	g.policy, g.classes = cfg.Policy, cfg.Tools
+	if err := g.rebuildLocked(); err != nil {
+		g.policy, g.classes = oldPolicy, oldClasses
+		g.mu.Unlock()
+		return nil, err
+	}
+	g.mu.Unlock()
+	g.notifyToolsChanged()
+	for _, c := range []struct {
+		name     string
+		old, new any
+	}{
+		{"servers", g.cfg.Servers, cfg.Servers}, {"naming", g.cfg.Naming, cfg.Naming}, {"store", g.cfg.Store, cfg.Store},
+		{"listen", g.cfg.Listen, cfg.Listen}, {"mcp", g.cfg.MCP, cfg.MCP}, {"signing", g.cfg.Signing, cfg.Signing},
+		{"credentials", g.cfg.Credentials, cfg.Credentials}, {"hooks", g.cfg.Hooks, cfg.Hooks},
+		{"approvals", g.cfg.Approvals, cfg.Approvals}, {"audit", g.cfg.Audit, cfg.Audit}, {"ratelimit", g.cfg.RateLimit, cfg.RateLimit},
+		{"openwop", g.cfg.OpenWOP, cfg.OpenWOP},
+	} {
+		if !reflect.DeepEqual(c.old, c.new) {
+			restart = append(restart, c.name)
+		}
+	}
+	return restart, nil
+}
+
 // notifyToolsChanged sends notifications/tools/list_changed to every
 // connected session (the SDK sends it when its tool registry changes; the
 // gateway's own tools/list ignores that registry).
@@ -341,7 +379,7 @@ func (g *Gateway) rebuild() error {
 func (g *Gateway) rebuildLocked() error {
 	sep := g.cfg.Naming.Separator
 	prefix := g.cfg.Naming.Prefix == "always" || (g.cfg.Naming.Prefix == "auto" && len(g.ups) > 1)
-	classes := g.cfg.Classifications()
+	classes := (&config.Config{Tools: g.classes}).Classifications()
 	sf := &surface{byName: map[string]string{}, tool: map[string]*mcp.Tool{}, server: map[string]string{},
 		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}}
 	var tools []catalog.Tool
@@ -430,7 +468,7 @@ func (g *Gateway) rebuildLocked() error {
 // tools[].timeout, else the server's timeout, else 0 (the pipeline's).
 func (g *Gateway) toolTimeout(u *upstream, toolID string) time.Duration {
 	d := u.timeout
-	for _, tc := range g.cfg.Tools {
+	for _, tc := range g.classes {
 		if tc.Timeout != "" && glob.Match(tc.Match, toolID) {
 			if v, err := config.ParseDuration(tc.Timeout); err == nil {
 				d = v

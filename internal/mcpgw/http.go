@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Handler returns the /mcp endpoint: Streamable HTTP, in this order:
@@ -24,7 +25,7 @@ import (
 //  3. The go-sdk Streamable HTTP handler serves it, with the principal as
 //     the session's user: a session is bound to the principal that opened
 //     it (a request of another principal gets 403).
-func (g *Gateway) Handler(a *auth.Authenticator, maxBody int64) http.Handler {
+func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
 		&mcp.StreamableHTTPOptions{Logger: g.log, MaxRequestBodyBytes: maxBody})
 	bearer := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
@@ -68,6 +69,14 @@ func (g *Gateway) Handler(a *auth.Authenticator, maxBody int64) http.Handler {
 		}
 		inner.ServeHTTP(w, r)
 	})
+}
+
+// Authenticator authenticates a request and writes the 401 answer of a
+// failure (*auth.Authenticator, or a wrapper that swaps it on reload).
+// Implementations must be safe for concurrent use.
+type Authenticator interface {
+	Authenticate(r *http.Request) (policy.Principal, error)
+	Challenge(w http.ResponseWriter, err error)
 }
 
 // jsonRPCError writes a JSON-RPC error response with a null id.
