@@ -165,6 +165,12 @@ func LoadOrCreateKey(path string) (priv ed25519.PrivateKey, created bool, err er
 	return priv, true, nil
 }
 
+// LoadKey reads an existing private key file written by LoadOrCreateKey
+// (it never creates one). Errors: the file's read error (a missing file
+// matches fs.ErrNotExist), or a plain error for a file that is not such a
+// key. Safe for concurrent use.
+func LoadKey(path string) (ed25519.PrivateKey, error) { return loadKey(path) }
+
 // loadKey reads a private key file; a missing file yields an error that
 // matches fs.ErrNotExist.
 func loadKey(path string) (ed25519.PrivateKey, error) {

@@ -18,7 +18,7 @@ func newReceiptsCmd() *cobra.Command {
 		Use:   "receipts",
 		Short: "Verify signed, hash-chained receipts",
 	}
-	cmd.AddCommand(newReceiptsVerifyCmd(), newReceiptsExportCmd())
+	cmd.AddCommand(newReceiptsVerifyCmd(), newReceiptsExportCmd(), newReceiptsPubkeyCmd())
 	return cmd
 }
 
@@ -56,8 +56,9 @@ checkpoint that anchors it).`,
 func newReceiptsVerifyCmd() *cobra.Command {
 	var pubkey, cfgFile string
 	var jsonOut bool
+	var from uint64
 	cmd := &cobra.Command{
-		Use:   "verify (FILE --pubkey KEYFILE | --config FILE)",
+		Use:   "verify (FILE --pubkey KEYFILE [--from SEQ] | --config FILE)",
 		Short: "Verify a receipts file offline",
 		Long: `Verify a JSON Lines receipts file: every receipt's body hash, chain continuity (no gap, fork or
 reorder), every checkpoint's Ed25519 signature with the given public key, that every receipt is
@@ -65,6 +66,9 @@ covered by a signature, the args-hash rule (requestedArgsHash != executedArgsHas
 mutationSource) and failure honesty (durationMs iff the tool ran; error iff status is not ok).
 The nested call graph is rebuilt from parentCallId. The first failure is reported with its seq.
 With --config, the chain in the configured store is verified in place with the gateway's key.
+--from SEQ verifies a file exported with 'receipts export --from SEQ' (its first receipt's prevHash
+is then trusted; a file that opens with a checkpoint, as after a prune, needs no --from).
+The public key: 'toolgate receipts pubkey --config FILE'.
 Exits 0 when the file verifies, 1 otherwise.`,
 		Example: `  toolgate receipts verify receipts.jsonl --pubkey toolgate.pub
   toolgate receipts verify --config toolgate.yaml`,
@@ -87,7 +91,7 @@ Exits 0 when the file verifies, 1 otherwise.`,
 				if err := st.ExportReceipts(cmd.Context(), &buf, st.ChainID(), 0); err != nil {
 					return failure("reading receipts: %v", err)
 				}
-				return verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut)
+				return verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut, 0)
 			}
 			if len(args) != 1 || pubkey == "" {
 				return usage("give FILE and --pubkey, or --config (see 'toolgate receipts verify --help')")
@@ -105,9 +109,10 @@ Exits 0 when the file verifies, 1 otherwise.`,
 				return failure("%v", err)
 			}
 			defer f.Close()
-			return verifyReport(cmd, args[0], f, pub, jsonOut)
+			return verifyReport(cmd, args[0], f, pub, jsonOut, from)
 		},
 	}
+	cmd.Flags().Uint64Var(&from, "from", 0, "the seq the file starts at (an export made with --from)")
 	cmd.Flags().StringVar(&pubkey, "pubkey", "", "Ed25519 public key file (PEM or base64) of the signing gateway")
 	cmd.Flags().StringVarP(&cfgFile, "config", "c", "", "verify the configured store's chain in place instead of a file")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the verification report (counts, heads, call graph) as JSON")
@@ -115,8 +120,8 @@ Exits 0 when the file verifies, 1 otherwise.`,
 }
 
 // verifyReport verifies r and prints the outcome for name.
-func verifyReport(cmd *cobra.Command, name string, r io.Reader, pub ed25519.PublicKey, jsonOut bool) error {
-	rep, err := receipt.Verify(r, pub, receipt.VerifyOptions{})
+func verifyReport(cmd *cobra.Command, name string, r io.Reader, pub ed25519.PublicKey, jsonOut bool, from uint64) error {
+	rep, err := receipt.Verify(r, pub, receipt.VerifyOptions{From: from})
 	if err != nil {
 		return failure("%s: verification FAILED: %v", name, err)
 	}
@@ -137,4 +142,28 @@ func verifyReport(cmd *cobra.Command, name string, r io.Reader, pub ed25519.Publ
 		}
 	}
 	return nil
+}
+
+func newReceiptsPubkeyCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "pubkey --config FILE",
+		Short: "Print the gateway's receipt-signing public key (PEM), for 'receipts verify --pubkey'",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			key, err := receipt.LoadKey(cfg.Signing.KeyFile)
+			if err != nil {
+				return failure("signing key %s: %v", cfg.Signing.KeyFile, err)
+			}
+			_, err = cmd.OutOrStdout().Write(receipt.EncodePublicKey(key.Public().(ed25519.PublicKey)))
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
 }

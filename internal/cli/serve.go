@@ -56,7 +56,7 @@ policy:
   rules:
     - {id: everyone-clock, effect: allow, tools: ["native:clock.now", "native:text.echo"]}
     - {id: readers, effect: allow, tools: ["native:files.*"], reason: "principals with files:read may read demo files"}
-    - {id: no-dotfiles, effect: deny, tools: ["native:files.read"], when: 'has(args.name) && args.name.startsWith(".")', reason: "dotfiles are private"}
+    - {id: no-dotfiles, effect: deny, tools: ["native:files.read"], when: 'has(args.name) && (args.name.startsWith(".") || args.name.contains("/."))', reason: "dotfiles are private"}
   ratelimits:
     - {tools: ["native:clock.now"], per: principal_tool, rate: 10/s, burst: 20}
 `

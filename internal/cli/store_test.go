@@ -121,3 +121,48 @@ func TestAuditPrune(t *testing.T) {
 		t.Fatalf("verify in place after prune: %d %q %q", code, out, errOut)
 	}
 }
+
+// receipts pubkey prints the key that verifies an export; an export from a
+// seq verifies with --from.
+func TestReceiptsPubkeyAndFrom(t *testing.T) {
+	dir := t.TempDir()
+	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
+	cfgFile := writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")
+	key, _, err := receipt.LoadOrCreateKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(st), Receipts: store.ReceiptLog(st)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
+		func(context.Context, json.RawMessage) (any, error) { return 1, nil })
+	for range 4 {
+		if _, err := gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	code, pub, errOut := run(t, "", "receipts", "pubkey", "--config", cfgFile)
+	if code != ExitOK || !strings.Contains(pub, "PUBLIC KEY") {
+		t.Fatalf("pubkey: %d %q %q", code, pub, errOut)
+	}
+	pubFile := writeFile(t, "k.pub", pub)
+	_, out, _ := run(t, "", "receipts", "export", "--config", cfgFile, "--from", "2")
+	exported := writeFile(t, "r2.jsonl", out)
+	if code, out, errOut := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile, "--from", "2"); code != ExitOK || !strings.Contains(out, "OK: 2 receipts") {
+		t.Fatalf("verify --from 2: %d %q %q", code, out, errOut)
+	}
+	if code, _, _ := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile); code != ExitFailure {
+		t.Fatalf("verify of a suffix without --from: exit %d, want 1", code)
+	}
+}
