@@ -58,6 +58,10 @@ type MCP struct {
 	// MaxBodyBytes bounds a request body; larger ones are refused with
 	// 413. Default 4 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// SessionTimeout closes an MCP session (and its per-client upstream
+	// sessions, for stdio servers their processes) idle this long.
+	// Default 30m.
+	SessionTimeout string `yaml:"session_timeout"`
 }
 
 // OpenWOP controls the OpenWOP HTTP surface.
@@ -630,6 +634,9 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		if (cr.Env == "") == (cr.File == "") {
 			add(n, "credentials.%s: set exactly one of env or file", name)
 		}
+	}
+	if c.MCP.SessionTimeout != "" && !validDuration(c.MCP.SessionTimeout) {
+		add(at("mcp", "session_timeout"), "mcp.session_timeout %q is not a duration", c.MCP.SessionTimeout)
 	}
 	if c.MCP.MaxBodyBytes < 1024 {
 		add(at("mcp", "max_body_bytes"), "mcp.max_body_bytes %d: want at least 1024", c.MCP.MaxBodyBytes)

@@ -130,3 +130,20 @@ policy:
 		t.Fatalf("upstream error reached the client as %q", text)
 	}
 }
+
+// A malformed toolgate/* _meta value is an invalid-params error naming the
+// key, not an unknown tool.
+func TestBadMetaIsInvalidParams(t *testing.T) {
+	rec := startRecordingUpstream(t)
+	e := startGatewayWith(t, oneServerConfig(rec.url), false)
+	cs := e.connect(t, keyBob)
+	for _, v := range []any{strings.Repeat("r", 300), 5, ""} {
+		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "greet", Arguments: map[string]any{"name": "x"}, Meta: mcp.Meta{MetaRunID: v}})
+		if err == nil || !strings.Contains(err.Error(), MetaRunID) || strings.Contains(err.Error(), "unknown tool") {
+			t.Fatalf("_meta runId %v: %v", v, err)
+		}
+	}
+	if n := rec.count("greet"); n != 0 {
+		t.Fatalf("upstream reached %d times", n)
+	}
+}

@@ -632,14 +632,19 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 	}
 	c := pipeline.Call{Tool: tool, Args: args, Principal: p, Transport: catalog.TransportMCP, RunID: ds.id}
 	if m := params.Meta; m != nil {
-		if v, ok := m[MetaRunID].(string); ok && v != "" {
-			c.RunID = v
-		}
-		if v, ok := m[MetaAgentID].(string); ok {
-			c.AgentID = v
-		}
-		if v, ok := m[MetaParentCallID].(string); ok {
-			c.ParentCallID = v
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{MetaRunID, &c.RunID}, {MetaAgentID, &c.AgentID}, {MetaParentCallID, &c.ParentCallID}} {
+			v, present := m[f.key]
+			if !present {
+				continue
+			}
+			str, ok := v.(string)
+			if !ok || str == "" || len(str) > 128 {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("_meta %q must be a string of 1-128 bytes", f.key)}
+			}
+			*f.dst = str
 		}
 	}
 	if c.RunID == "" {

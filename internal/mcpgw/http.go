@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -27,7 +29,7 @@ import (
 //     it (a request of another principal gets 403).
 func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{Logger: g.log, MaxRequestBodyBytes: maxBody})
+		&mcp.StreamableHTTPOptions{Logger: g.log, MaxRequestBodyBytes: maxBody, SessionTimeout: g.sessionTimeout()})
 	bearer := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
 		p, ok := auth.PrincipalFrom(r.Context())
 		if !ok {
@@ -69,6 +71,17 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 		}
 		inner.ServeHTTP(w, r)
 	})
+}
+
+// DefaultSessionTimeout closes an MCP session (and its upstream sessions)
+// after this long without a request (config mcp.session_timeout).
+const DefaultSessionTimeout = 30 * time.Minute
+
+func (g *Gateway) sessionTimeout() time.Duration {
+	if d, err := config.ParseDuration(g.cfg.MCP.SessionTimeout); err == nil {
+		return d
+	}
+	return DefaultSessionTimeout
 }
 
 // Authenticator authenticates a request and writes the 401 answer of a
