@@ -36,24 +36,24 @@ func (s ApprovalStatus) Valid() bool {
 // Times are stored with nanosecond precision and returned in UTC. An
 // Approval is a plain value; stores copy it in and out.
 type Approval struct {
-	ID        string // unique across tenants; 1–256 bytes of UTF-8
-	Tenant    string // "" for a single-tenant deployment
-	Principal string // who asked (the call's principal id); required
-	ToolID    string // the canonical toolId; required
-	ArgsHash  string // the call's argsHash (64 lowercase hex); required
+	ID        string `json:"id"`               // unique across tenants; 1–256 bytes of UTF-8
+	Tenant    string `json:"tenant,omitempty"` // "" for a single-tenant deployment
+	Principal string `json:"principal"`        // who asked (the call's principal id); required
+	ToolID    string `json:"toolId"`           // the canonical toolId; required
+	ArgsHash  string `json:"argsHash"`         // the call's argsHash (64 lowercase hex); required
 	// ArgsBinding binds the approval to the exact arguments: an HMAC (hex)
 	// of the canonical, unredacted arguments (approval.Manager computes
 	// it). argsHash alone is not enough: it is computed over redacted
 	// arguments. Optional for the store.
-	ArgsBinding string
-	Status      ApprovalStatus // see the ApprovalStatus constants
-	CreatedAt   time.Time      // required
-	ExpiresAt   time.Time      // zero: never expires; else after CreatedAt
+	ArgsBinding string         `json:"argsBinding,omitempty"`
+	Status      ApprovalStatus `json:"status"`             // see the ApprovalStatus constants
+	CreatedAt   time.Time      `json:"createdAt"`          // required
+	ExpiresAt   time.Time      `json:"expiresAt,omitzero"` // zero: never expires; else after CreatedAt
 	// ResolvedBy, Reason and ResolvedAt are set by Resolve; all three are
 	// empty while pending.
-	ResolvedBy string    // who decided (an approver id, or the expiry sweeper)
-	Reason     string    // why (free text, already free of secrets); may be ""
-	ResolvedAt time.Time // when
+	ResolvedBy string    `json:"resolvedBy,omitempty"` // who decided (an approver id, or the expiry sweeper)
+	Reason     string    `json:"reason,omitempty"`     // why (free text, already free of secrets); may be ""
+	ResolvedAt time.Time `json:"resolvedAt,omitzero"`  // when
 }
 
 // Resolution is a decision on a pending approval.
