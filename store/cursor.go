@@ -17,7 +17,9 @@ const FromStart = "start"
 // Cursor is the decoded form of the opaque cursors of EventsByTime and
 // Follow: the position of one stored event. Clients treat cursors as opaque
 // strings; backends encode and decode them with String and ParseCursor so
-// that every backend accepts every other's cursors.
+// that every backend accepts every other's cursors. Follow refuses a
+// well-formed cursor whose position is beyond the store's newest committed
+// event (ErrCursorAhead).
 type Cursor struct {
 	// Time is the event's Timestamp (EventsByTime orders by it).
 	Time time.Time
@@ -70,4 +72,13 @@ func ParseCursor(s string) (Cursor, error) {
 		return bad()
 	}
 	return Cursor{Time: time.Unix(sec, nsec).UTC(), Pos: pos}, nil
+}
+
+// ErrCursorAhead is the error of Follow (store.Feed) for a well-formed
+// cursor whose position is greater than that of the last committed event:
+// it comes from no event of this store's log (another store's, or a made-up
+// one). *errcode.Error InvalidArgument with details.field "cursor".
+func ErrCursorAhead() *errcode.Error {
+	return errcode.New(errcode.InvalidArgument, "cursor is ahead of the log").
+		WithDetails(map[string]any{"field": "cursor"})
 }

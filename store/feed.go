@@ -42,6 +42,17 @@ type FeedOptions struct {
 	Page int
 	// Logger receives catch-up read failures; nil discards.
 	Logger *slog.Logger
+	// Committed, if set, returns the position of the last committed event
+	// (0 if none), reading the backend. Follow calls it only for a cursor
+	// ahead of the last published event, to tell a cursor of an event that
+	// is committed but not yet published (a backend whose commits become
+	// readable, say through EventsByTime, before it calls Publish) or whose
+	// position the feed was not told about (NewFeed's last lower than a
+	// pruned event's) from one ahead of the log. Nil means the last
+	// published position is the last committed one: the backend publishes
+	// every commit before any reader can see it. Errors should be
+	// *errcode.Error; Follow returns them as they are.
+	Committed func(ctx context.Context) (int64, error)
 }
 
 // Feed is the follow-mode fan-out a backend embeds to implement
@@ -57,10 +68,11 @@ type FeedOptions struct {
 // that Publish calls must come from one goroutine at a time, in commit
 // order.
 type Feed struct {
-	read   ReadAfter
-	buffer int
-	page   int
-	log    *slog.Logger
+	read      ReadAfter
+	committed func(ctx context.Context) (int64, error) // FeedOptions.Committed, may be nil
+	buffer    int
+	page      int
+	log       *slog.Logger
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -91,7 +103,7 @@ func NewFeed(read ReadAfter, last int64, opts FeedOptions) *Feed {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Feed{
-		read: read, buffer: opts.Buffer, page: opts.Page, log: opts.Logger,
+		read: read, committed: opts.Committed, buffer: opts.Buffer, page: opts.Page, log: opts.Logger,
 		done: make(chan struct{}), last: last, subs: make(map[string]map[*follower]struct{}),
 	}
 }
@@ -138,9 +150,14 @@ func (f *Feed) Last() int64 {
 
 // Follow implements Events.Follow over the feed: cursor "" follows from
 // the last published event, FromStart from the start, any other cursor
-// from its position. Errors: *errcode.Error InvalidArgument for a malformed
-// cursor; AuditUnavailable if the feed is closed; Cancelled or Timeout if
-// ctx is done.
+// from its position. A cursor whose position is greater than that of the
+// last committed event when Follow is called (the last published one, or
+// FeedOptions.Committed's answer) is refused: no event of the log has it,
+// and following it would silently skip every event stored until the log
+// reached it. Errors: *errcode.Error InvalidArgument for a malformed
+// cursor or one ahead of the log (see ErrCursorAhead); AuditUnavailable if
+// the feed is closed; Cancelled or Timeout if ctx is done; whatever
+// FeedOptions.Committed returns.
 func (f *Feed) Follow(ctx context.Context, tenant, cursor string) (<-chan Followed, error) {
 	if err := ContextError(ctx, "follow events"); err != nil {
 		return nil, err
@@ -154,6 +171,9 @@ func (f *Feed) Follow(ctx context.Context, tenant, cursor string) (<-chan Follow
 			return nil, err
 		}
 		after = c.Pos
+		if err := f.checkBehind(ctx, after); err != nil {
+			return nil, err
+		}
 	}
 	f.mu.Lock()
 	if f.closed {
@@ -165,6 +185,25 @@ func (f *Feed) Follow(ctx context.Context, tenant, cursor string) (<-chan Follow
 	out := make(chan Followed)
 	go f.run(ctx, &follower{tenant: tenant}, after, out)
 	return out, nil
+}
+
+// checkBehind fails with ErrCursorAhead unless pos is at most the position
+// of the last committed event. The last published position is a lower
+// bound of it, so Committed is read only when pos is beyond that.
+func (f *Feed) checkBehind(ctx context.Context, pos int64) error {
+	if pos <= f.Last() {
+		return nil
+	}
+	if f.committed != nil {
+		last, err := f.committed(ctx)
+		if err != nil {
+			return err
+		}
+		if pos <= last {
+			return nil
+		}
+	}
+	return ErrCursorAhead()
 }
 
 // run is a follower's goroutine: catch up from the store, then deliver live

@@ -99,7 +99,7 @@ type Events interface {
 	// when a catch-up read fails (the consumer can tell the last two from
 	// the first by ctx.Err() == nil, and resume with the last cursor it
 	// received). Errors (returned at once, no channel): InvalidArgument for a
-	// malformed cursor; Cancelled, Timeout; AuditUnavailable for a closed
+	// malformed cursor or one ahead of the log; Cancelled, Timeout; AuditUnavailable for a closed
 	// store.
 	Follow(ctx context.Context, tenant, cursor string) (<-chan Followed, error)
 }

@@ -161,7 +161,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	if cfg.Audit.Retention != "" {
 		retention, _ = config.ParseDuration(cfg.Audit.Retention)
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key),
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Exclusive: true,
 		Retention: retention, Logger: logger})
 	if err != nil {
 		return failure("opening store %s: %v", cfg.Store.DSN, err)

@@ -87,7 +87,38 @@
 //
 // One Store must own a database file: two processes (or two Stores) writing
 // the same file would disagree on sequences and chain heads (their writes
-// then fail with AuditUnavailable rather than corrupt anything).
+// then fail with AuditUnavailable rather than corrupt anything). See
+// Exclusive.
+//
+// # Exclusive
+//
+// Options.Exclusive makes that rule enforced rather than assumed: Open
+// takes an exclusive, non-blocking advisory lock (flock(2)) on a lock file
+// next to the database, path + ".lock" (created with mode 0600 if missing,
+// never deleted), and holds it until Close. It writes its process id into
+// the file once it holds the lock. If another Store holds the lock, in this
+// process or another one, Open fails at once, before touching the
+// database, with AuditUnavailable: "store toolgate.db is in use by another
+// toolgate process (pid N)", N read from the lock file (details "pid" and
+// "lock"; "is already open in this process" when N is this process: flock
+// locks belong to the open file, so two Stores of one process conflict
+// too). The kernel drops the lock when its holder exits, however it exits
+// (kill -9 included), so a lock file left behind never blocks anyone; its
+// content is only a hint for that message. The descriptor is
+// close-on-exec: processes the holder starts do not inherit the lock.
+//
+// A long-running writer (toolgate serve) should open with Exclusive;
+// short-lived tools that read or update the store while it runs (the CLI's
+// read and approve commands) open without it, which neither takes nor
+// checks the lock. The lock only excludes Stores that ask for it, through
+// the same path: it is advisory, and a database reached through another
+// name (a symlink, a hard link) has another lock file. Locks on network
+// file systems are only as good as the file system's flock.
+//
+// The lock is implemented on Linux, macOS and the BSDs (the systems with
+// flock(2)). On other systems (Windows, Solaris/illumos, AIX, Plan 9,
+// WebAssembly) Exclusive is accepted and takes no lock: nothing stops a
+// second Store there.
 package sqlite
 
 import (
@@ -98,6 +129,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,6 +187,13 @@ type Options struct {
 	// Now is the clock of the retention loop and of checkpoints' signedAt;
 	// nil means time.Now.
 	Now func() time.Time
+	// Exclusive makes Open take an exclusive advisory lock on path +
+	// ".lock", held until Close, and fail with AuditUnavailable naming the
+	// holder's pid if another Store (of any process) holds it: one writer
+	// per database file, checked before anything is written. false takes
+	// and checks no lock (readers that run beside a gateway). No effect on
+	// systems without flock(2); see the package doc, "Exclusive".
+	Exclusive bool
 }
 
 // Store is the SQLite backend. All methods are safe for concurrent use.
@@ -168,6 +207,7 @@ type Store struct {
 	ckpt   *checkpointer
 	w      *writer
 	feed   *store.Feed
+	lock   *os.File // the held lock file (Options.Exclusive), nil if none
 
 	pruneStop chan struct{} // closed by Close to stop the retention loop
 	pruneDone chan struct{} // closed when the retention loop has returned
@@ -184,21 +224,31 @@ var migrationFS embed.FS
 // pending schema migrations in one transaction, resumes the receipt chain
 // of opts.Signer and starts the writer. Close releases it.
 //
+// With opts.Exclusive it first locks path + ".lock" (see the package doc,
+// "Exclusive").
+//
 // Errors (*errcode.Error): InvalidArgument for a nil Signer, an unknown
 // Synchronous value, negative sizes, or a path containing '?';
 // InvalidConfig if the database's schema is newer than this build knows;
 // AuditUnavailable if the file cannot be opened, put in WAL mode or
-// migrated, or the stored chain head is corrupt.
+// migrated, the stored chain head is corrupt, or (Exclusive) another
+// Store holds the lock or the lock file cannot be opened.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	syncMode, err := checkOptions(path, &opts)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{path: path, signer: opts.Signer, log: opts.Logger}
+	if opts.Exclusive {
+		if s.lock, err = lockStore(path); err != nil {
+			return nil, err
+		}
+	}
 	ok := false
 	defer func() {
 		if !ok {
 			s.closeDBs()
+			s.unlock()
 		}
 	}()
 	s.wdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous("+syncMode+")"+
@@ -252,7 +302,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.w = w
 	s.ckpt = newCheckpointer(s.cdb, s.log)
 	w.ckpt = s.ckpt
-	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log})
+	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log, Committed: s.lastCommitted})
 	w.feed = s.feed
 	go w.run()
 	if opts.Retention > 0 {
@@ -326,8 +376,35 @@ func (s *Store) Close() error {
 		if err := s.closeDBs(); err != nil {
 			s.closeErr = store.Unavailable("close store", err)
 		}
+		s.unlock() // after the database is closed: the next owner finds it at rest
 	})
 	return s.closeErr
+}
+
+// unlock releases the lock of Options.Exclusive, if held. The lock file
+// stays.
+func (s *Store) unlock() {
+	if s.lock != nil {
+		s.lock.Close() // closing the only descriptor releases the flock
+		s.lock = nil
+	}
+}
+
+// lastCommitted is the feed's FeedOptions.Committed: the highest event
+// position ever committed. The writer publishes a commit only after it is
+// readable, and Open starts the feed at MAX(pos), which retention pruning
+// may have lowered; sqlite_sequence remembers the highest position
+// AUTOINCREMENT gave out in a committed transaction, deleted rows
+// included.
+func (s *Store) lastCommitted(ctx context.Context) (int64, error) {
+	var last int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(
+		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+		COALESCE((SELECT MAX(pos) FROM events), 0))`).Scan(&last)
+	if err != nil {
+		return 0, store.Unavailable("follow events", err)
+	}
+	return last, nil
 }
 
 // closeDBs closes the writer's statements and connection and both pools.

@@ -242,3 +242,45 @@ func testFollowEnds(t *testing.T, s store.Store) {
 	_, err = s.Follow(done, "acme", "")
 	wantCode(t, err, errcode.Cancelled, "Follow with a cancelled ctx")
 }
+
+func testFollowCursorAhead(t *testing.T, s store.Store) {
+	ctx := deadline(t)
+	ahead := func(pos int64, what string) {
+		t.Helper()
+		_, err := s.Follow(ctx, "acme", store.Cursor{Time: t0, Pos: pos}.String())
+		wantCode(t, err, errcode.InvalidArgument, what)
+	}
+	ahead(1, "Follow on an empty store with a cursor of position 1")
+	for i := range 5 {
+		mustAppend(t, s, newEvent(t, "acme", "run_0", i, t0), newEvent(t, "globex", "run_0", i, t0))
+	}
+	// The newest event is globex's: its cursor is the log's last position.
+	// It is not ahead (positions are the store's, across tenants), so an
+	// acme follower resumes from it without skipping anything.
+	g, err := s.Follow(ctx, "globex", store.FromStart)
+	if err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	got := recvN(t, g, 5)
+	newest, err := store.ParseCursor(got[4].Cursor)
+	if err != nil {
+		t.Fatalf("ParseCursor(%q): %v", got[4].Cursor, err)
+	}
+	acme, err := s.Follow(ctx, "acme", got[4].Cursor)
+	if err != nil {
+		t.Fatalf("Follow with the newest event's cursor: %v", err)
+	}
+	ahead(newest.Pos+1, "Follow with a cursor one past the newest event")
+	ahead(1<<62, "Follow with a cursor far ahead of the log")
+	ev := newEvent(t, "acme", "run_0", 5, t0)
+	mustAppend(t, s, ev)
+	wantIDs(t, recvN(t, acme, 1), []*audit.Event{ev}, "follow from the newest cursor")
+	// The log has grown: the position that was ahead is now the newest.
+	resumed, err := s.Follow(ctx, "acme", store.Cursor{Time: t0, Pos: newest.Pos + 1}.String())
+	if err != nil {
+		t.Fatalf("Follow with a cursor the log has reached: %v", err)
+	}
+	next := newEvent(t, "acme", "run_0", 6, t0)
+	mustAppend(t, s, next)
+	wantIDs(t, recvN(t, resumed, 1), []*audit.Event{next}, "follow from a cursor the log has reached")
+}

@@ -16,9 +16,10 @@
 // idempotent re-append, atomic batches, tenant scoping of every read,
 // not-found and conflict as typed errors, concurrent writers, cursor
 // pagination (also under concurrent appends), follow mode (live, replay,
-// resume, slow followers), receipt linking and export verification, the
-// approval and session state machines (an approval is consumed exactly once
-// under concurrency), the pipeline adapters and Close. Run it with -race.
+// resume, slow followers, a cursor ahead of the log refused), receipt
+// linking and export verification, the approval and session state machines
+// (an approval is consumed exactly once under concurrency), the pipeline
+// adapters and Close. Run it with -race.
 // It does not sleep: concurrency is synchronised with channels and wait
 // groups, and every blocking wait has a generous deadline that fails the
 // test instead of hanging it.
@@ -75,6 +76,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FollowReplayAndResume", testFollowReplay},
 		{"FollowSlowFollower", testFollowSlow},
 		{"FollowEnds", testFollowEnds},
+		{"FollowCursorAhead", testFollowCursorAhead},
 		{"Receipts", testReceipts},
 		{"ReceiptErrors", testReceiptErrors},
 		{"ReceiptsConcurrent", testReceiptsConcurrent},
