@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
@@ -80,8 +81,12 @@ func (h *Handler) resolveApproval(approve bool) authedFunc {
 				return err
 			}
 		}
-		a, err := h.opts.Approvals.Resolve(r.Context(), p, r.PathValue("id"), approve, req.Reason)
+		id := r.PathValue("id")
+		a, err := h.opts.Approvals.Resolve(r.Context(), p, id, approve, req.Reason)
 		if err != nil {
+			if e := errcode.As(err); e != nil && len(id) > maxEcho {
+				return scrubError(e, id) // the store's "approval %q not found"
+			}
 			return err
 		}
 		h.writeJSON(w, r, http.StatusOK, approvalView(a))

@@ -3,11 +3,8 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
@@ -20,8 +17,9 @@ import (
 // spelling the catalog resolves, canonically the toolId); Args must be a
 // JSON object (absent or null means {}); RunID, AgentID and ParentCallID
 // are optional correlation ids (runId and parentCallId 1–128 bytes, agentId
-// 3–256; defaults: a fresh run, agent core.system). Unknown members are
-// refused. A plain value.
+// 3–256; defaults: a fresh run, agent core.system). Unknown members and
+// members given twice ({"toolId":"a","toolId":"b"}) are refused. A plain
+// value.
 type CallRequest struct {
 	ToolID       string          `json:"toolId"`
 	Args         json.RawMessage `json:"args,omitempty"`
@@ -52,42 +50,6 @@ type CallResponse struct {
 	ReceiptID  string             `json:"receiptId,omitempty"`
 }
 
-// decodeJSON decodes exactly one JSON object from body into v: unknown
-// members (when strict), a value that is not an object, wrong member types
-// and trailing data are refused. Errors: *errcode.Error invalid_argument,
-// details.field naming the member when one is at fault.
-func decodeJSON(body []byte, v any, strict bool) error {
-	t := bytes.TrimLeft(body, " \t\r\n")
-	if len(t) == 0 {
-		return errcode.New(errcode.InvalidArgument, "the request body is empty; want a JSON object")
-	}
-	if t[0] != '{' {
-		return errcode.New(errcode.InvalidArgument, "the request body must be a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return invalid(te.Field, "member %q has the wrong type: want %s, got %s", te.Field, te.Type, te.Value)
-		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			f = strings.Trim(f, `"`)
-			return invalid(f, "unknown member %q", f)
-		}
-		return errcode.Errorf(errcode.InvalidArgument, "the request body is not valid JSON: %s", jsonMessage(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errcode.New(errcode.InvalidArgument, "the request body holds data after the JSON object")
-	}
-	return nil
-}
-
-// jsonMessage is err's text without the "json: " prefix.
-func jsonMessage(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
-
 // objectArgs checks that raw is absent, null or a JSON object and returns
 // it ({} for absent or null).
 func objectArgs(raw json.RawMessage) (json.RawMessage, error) {
@@ -104,8 +66,8 @@ func objectArgs(raw json.RawMessage) (json.RawMessage, error) {
 // decodeCall parses a POST /v1/calls body. Errors: *errcode.Error
 // invalid_argument (details.field when a member is at fault) for anything
 // but one JSON object with a non-empty string toolId, object (or null) args
-// and string ids, without unknown members or trailing data. It never
-// panics.
+// and string ids, without unknown or duplicate members or trailing data
+// (decodeJSON). It never panics.
 func decodeCall(body []byte) (CallRequest, error) {
 	var req CallRequest
 	if err := decodeJSON(body, &req, true); err != nil {
@@ -193,12 +155,14 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Prin
 // callError maps an error pipeline.Call returned before the call was under
 // way, without disclosing a tool the caller may not see: not_found and an
 // invalid_argument about a hidden tool's arguments both answer as unknown;
-// ambiguous_tool lists only visible candidates.
+// ambiguous_tool lists only visible candidates. A message echoing name
+// echoes it clipped (maxEcho).
 func (h *Handler) callError(r *http.Request, p policy.Principal, name string, res *pipeline.Result, err error) error {
 	e := errcode.As(err)
 	if e == nil {
 		return fmt.Errorf("running the call: %w", err)
 	}
+	e = scrubError(e, name) // the catalog's spelling errors echo the name
 	switch e.Code {
 	case errcode.NotFound:
 		return notFoundTool(name)

@@ -29,6 +29,12 @@
 //	GET  /v1/host/sample/test/runs/{runId}/events seam
 //	POST /v1/host/sample/test/reset              seam
 //
+// The event reads (run events, the stream, the event-log seam) never show
+// an event that names a tool the reader may not see (a hidden tool's
+// refused call is recorded under the run id its caller chose): a run whose
+// every event is so hidden answers exactly as an unknown run. Their ?type=
+// accepts a run-event type only (400 otherwise).
+//
 // Every /v1 endpoint needs credentials (API key as Bearer or X-API-Key, or
 // a JWT); none needs a particular scope except explaining for another
 // principal (AdminScope).
@@ -44,7 +50,8 @@
 // Options.MaxBodyBytes), 429 rate_limited (with Retry-After), 503
 // audit_unavailable, 500 internal_error. A tool's own failure is not an
 // HTTP error: POST /v1/calls answers 200 with status "error" and error
-// (RFC 0064 §F).
+// (RFC 0064 §F). Messages name JSON members and types, never Go types, and
+// echo a caller's value (tool name, run id, parameter) cut to 200 bytes.
 //
 // # Tenants
 //

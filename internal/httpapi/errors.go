@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/errcode"
 )
@@ -42,7 +44,65 @@ func withStatus(status int, err *errcode.Error) error {
 // Every endpoint builds it here, from the name the caller sent, so the two
 // cases cannot drift apart.
 func notFoundTool(name string) error {
-	return errcode.Errorf(errcode.NotFound, "unknown tool %q", name)
+	return errcode.Errorf(errcode.NotFound, "unknown tool %q", clip(name))
+}
+
+// maxEcho bounds, in bytes, a caller-supplied value (tool name, run id,
+// query parameter, member name, path) echoed in an error message: a longer
+// one is cut there (at a UTF-8 boundary) and ends with "…".
+const maxEcho = 200
+
+// maxMessage bounds an error message as written (writeError): a safety net
+// behind clip, for a message that echoes a value some other package did
+// not clip.
+const maxMessage = 2048
+
+// clip returns s cut to at most max bytes (maxEcho when max is omitted) at
+// a rune boundary, with "…" appended when it was cut.
+func clip(s string, max ...int) string {
+	n := maxEcho
+	if len(max) > 0 {
+		n = max[0]
+	}
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// scrubEchoes returns msg with each value of vals longer than maxEcho that
+// it echoes (as is, or quoted as %q writes it) replaced by the clipped
+// value: for messages built by other packages from a caller's input.
+func scrubEchoes(msg string, vals ...string) string {
+	for _, v := range vals {
+		if len(v) <= maxEcho {
+			continue
+		}
+		q, cq := strconv.Quote(v), strconv.Quote(clip(v))
+		msg = strings.ReplaceAll(msg, q, cq)                          // "…" as %q writes it
+		msg = strings.ReplaceAll(msg, q[1:len(q)-1], cq[1:len(cq)-1]) // the same, unquoted
+		msg = strings.ReplaceAll(msg, v, clip(v))
+	}
+	return msg
+}
+
+// scrubError returns e with scrubEchoes applied to its message (a copy; e
+// may be shared). A nil e is returned as is.
+func scrubError(e *errcode.Error, vals ...string) *errcode.Error {
+	if e == nil {
+		return nil
+	}
+	msg := scrubEchoes(e.Message, vals...)
+	if msg == e.Message {
+		return e
+	}
+	cp := *e
+	cp.Message = msg
+	return &cp
 }
 
 // invalid is an invalid_argument error naming the offending request field.
@@ -91,7 +151,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		h.log.Error("http api: error code without an error status", "code", e.Code, "path", r.URL.Path)
 		e, status = errcode.Errorf(errcode.Internal, "internal error (%s)", e.Code), http.StatusInternalServerError
 	}
-	body := envelope{Error: string(e.Code), Message: e.Message, Details: e.Details}
+	body := envelope{Error: string(e.Code), Message: clip(e.Message, maxMessage), Details: e.Details}
 	if body.Message == "" {
 		body.Message = http.StatusText(status)
 	}

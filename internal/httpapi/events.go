@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,10 +28,13 @@ type RunEvents struct {
 // runEvents serves GET /v1/runs/{runId}/events[?type=&after=&limit=]: the
 // events of the caller's tenant's run runId with sequence > after (default
 // -1: from the first), at most limit (1–1000, default 1000) scanned,
-// optionally only those of type `type`. A run the caller's tenant does not
-// have (never written, or another tenant's) is 404 not_found; the store
-// query itself is tenant-scoped. Errors: invalid_argument for a malformed
-// after or limit.
+// optionally only those of type `type`, without the events naming a tool
+// the caller may not see (eventFilter). A run the caller's tenant does not
+// have (never written, or another tenant's), and a run none of whose events
+// the caller may see, is 404 not_found with the same body; the store query
+// itself is tenant-scoped. NextAfter is the sequence of the last event
+// scanned, shown or not. Errors: invalid_argument for a malformed after,
+// limit or type (validEventType).
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
 	runID := r.PathValue("runId")
 	q := r.URL.Query()
@@ -36,7 +42,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Pri
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < -1 {
-			return invalid("after", "after %q is not a sequence number (an integer ≥ -1)", v)
+			return invalid("after", "after %q is not a sequence number (an integer ≥ -1)", clip(v))
 		}
 		after = n
 	}
@@ -44,28 +50,37 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Pri
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > store.MaxLimit {
-			return invalid("limit", "limit %q is not an integer from 1 to %d", v, store.MaxLimit)
+			return invalid("limit", "limit %q is not an integer from 1 to %d", clip(v), store.MaxLimit)
 		}
 		limit = n
 	}
-	typ := q.Get("type")
+	typ, err := typeFilter(q)
+	if err != nil {
+		return err
+	}
 	page, err := h.events.EventsByRun(r.Context(), p.Tenant, runID, after, limit)
 	if err != nil {
 		return err
 	}
-	if len(page) == 0 {
-		first, err := h.events.EventsByRun(r.Context(), p.Tenant, runID, -1, 1)
+	f := h.newEventFilter(r.Context(), p)
+	out := RunEvents{Events: []audit.Event{}}
+	shown := false
+	for i := range page {
+		if !f.visible(&page[i]) {
+			continue
+		}
+		shown = true
+		if typ == "" || page[i].Type == typ {
+			out.Events = append(out.Events, page[i])
+		}
+	}
+	if !shown {
+		ok, err := h.runHasVisible(r.Context(), f, p.Tenant, runID)
 		if err != nil {
 			return err
 		}
-		if len(first) == 0 {
-			return errcode.Errorf(errcode.NotFound, "unknown run %q", runID)
-		}
-	}
-	out := RunEvents{Events: []audit.Event{}}
-	for _, ev := range page {
-		if typ == "" || ev.Type == typ {
-			out.Events = append(out.Events, ev)
+		if !ok {
+			return unknownRun(runID)
 		}
 	}
 	if len(page) == limit {
@@ -86,10 +101,13 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Pri
 // received: delivery continues right after that event, with no gap and no
 // duplicate. Without one the stream starts with the events stored after it
 // opens; ?from=start replays every stored event first. ?type= and ?runId=
-// keep only matching events. A comment line is sent every
+// keep only matching events; an event naming a tool the caller may not see
+// is never sent (eventFilter, its visible set recomputed when the gate's
+// catalog or policy is swapped). A comment line is sent every
 // Options.Heartbeat. The stream ends when the client goes, the store
 // closes or the handler is closed. Errors (before the stream starts):
-// invalid_argument for a malformed cursor or from; audit_unavailable.
+// invalid_argument for a malformed cursor, from or type;
+// audit_unavailable.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
 	q := r.URL.Query()
 	cursor := r.Header.Get("Last-Event-ID")
@@ -102,7 +120,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 		case "start":
 			cursor = store.FromStart
 		default:
-			return invalid("from", "from %q is not start or now", from)
+			return invalid("from", "from %q is not start or now", clip(from))
 		}
 	}
 	if _, err := store.ParseCursor(cursor); err != nil {
@@ -112,9 +130,14 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 	if !ok {
 		return errcode.New(errcode.Internal, "streaming is not supported by this connection")
 	}
-	typ, runID := q.Get("type"), q.Get("runId")
+	typ, err := typeFilter(q)
+	if err != nil {
+		return err
+	}
+	runID := q.Get("runId")
 	ctx, cancel := h.detach(r)
 	defer cancel()
+	filter := h.newEventFilter(ctx, p)
 	ch, err := h.events.Follow(ctx, p.Tenant, cursor)
 	if err != nil {
 		return err
@@ -143,6 +166,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 			if (typ != "" && f.Event.Type != typ) || (runID != "" && f.Event.RunID != runID) {
 				continue
 			}
+			filter.refresh(ctx)
+			if !filter.visible(&f.Event) {
+				continue
+			}
 			data, err := json.Marshal(f.Event)
 			if err != nil {
 				h.log.Error("event stream: encoding an event", "eventId", f.Event.EventID, "err", err)
@@ -162,3 +189,44 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 // sseField strips the line breaks an SSE field value cannot hold (cursors
 // are base64url and never have any).
 func sseField(s string) string { return strings.NewReplacer("\n", "", "\r", "").Replace(s) }
+
+// unknownRun is the one answer for a run the caller's tenant does not have
+// and for a run none of whose events the caller may see.
+func unknownRun(runID string) error {
+	return errcode.Errorf(errcode.NotFound, "unknown run %q", clip(runID))
+}
+
+// runEventTypes are the run-event types toolgate emits (run-event.schema.json
+// RunEventType values and toolgate's vendor types), each accepted by the
+// ?type= filter of the event reads.
+var runEventTypes = []string{
+	audit.TypeToolCalled, audit.TypeToolReturned, audit.TypeSessionOpened, audit.TypeSessionClosed,
+	"toolgate.approval.requested", "toolgate.approval.resolved",
+}
+
+// vendorEventType is the OpenWOP vendor event-type pattern.
+var vendorEventType = regexp.MustCompile(`^[a-z][a-zA-Z0-9_-]*(\.[a-zA-Z0-9_-]+)+$`)
+
+// validEventType reports whether typ is a value the ?type= filter accepts:
+// one of runEventTypes or a string matching the vendor pattern
+// ^[a-z][a-zA-Z0-9_-]*(\.[a-zA-Z0-9_-]+)+$.
+func validEventType(typ string) bool {
+	return slices.Contains(runEventTypes, typ) || vendorEventType.MatchString(typ)
+}
+
+// typeFilter returns the ?type= of q ("" when absent). Errors:
+// invalid_argument (details.field "type") when it is given more than once
+// or is not a valid event type (validEventType; the empty string is not).
+func typeFilter(q url.Values) (string, error) {
+	vs, ok := q["type"]
+	if !ok {
+		return "", nil
+	}
+	if len(vs) != 1 {
+		return "", invalid("type", "type may be given only once")
+	}
+	if !validEventType(vs[0]) {
+		return "", invalid("type", "type %q is not a run-event type (for example agent.toolReturned, or a vendor type like acme.thing.done)", clip(vs[0]))
+	}
+	return vs[0], nil
+}

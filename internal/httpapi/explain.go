@@ -20,7 +20,8 @@ type ExplainPrincipal struct {
 
 // ExplainRequest is the body of POST /v1/policy/explain. Principal absent
 // means the caller itself; ToolID is required; Args is a JSON object
-// (absent or null means {}). Unknown members are refused. A plain value.
+// (absent or null means {}). Unknown members and members given twice are
+// refused. A plain value.
 type ExplainRequest struct {
 	Principal *ExplainPrincipal `json:"principal,omitempty"`
 	ToolID    string            `json:"toolId"`
@@ -83,8 +84,10 @@ func decodeExplain(body []byte) (ExplainRequest, error) {
 // tenant-scoped.
 //
 // Which tools: only a tool the caller may see; any other id answers 404
-// exactly as an unknown one. Errors: invalid_argument (400) for a bad body,
-// ambiguous_tool as for POST /v1/calls, 413 for an oversize body.
+// exactly as an unknown one. Errors: invalid_argument (400) for a bad body
+// (a member given twice included) or arguments a call would refuse (a
+// duplicate key), ambiguous_tool as for POST /v1/calls, 413 for an oversize
+// body.
 func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
 	body, err := h.readBody(w, r)
 	if err != nil {
@@ -113,6 +116,16 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.
 	}
 	if !h.pipe.Visible(r.Context(), caller, t.Descriptor.ToolID) {
 		return notFoundTool(req.ToolID)
+	}
+	// The arguments' parse is the call's (strict: a duplicate key is
+	// refused), so that explain never decides on arguments a call would
+	// refuse; checked once the tool is known visible, as for a call.
+	if _, err := h.pipe.Redactor().ArgsHash(req.Args); err != nil {
+		msg := "not canonicalizable"
+		if e := errcode.As(err); e != nil {
+			msg = e.Message
+		}
+		return invalid("args", "arguments must be a JSON object: %s", clip(msg, 500))
 	}
 	x, _, err := h.pipe.Explain(r.Context(), subject, t.Descriptor.ToolID, req.Args)
 	if err != nil {

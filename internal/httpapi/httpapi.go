@@ -187,9 +187,16 @@ func (h *Handler) routes() {
 // ServeHTTP routes r. A path no endpoint serves answers 404 not_found and a
 // method an endpoint does not accept answers 405 (code invalid_argument,
 // with Allow), both as the flat envelope; so do the seam paths when
-// TestSeams is false. Mount the handler at "/" (or at "/v1/" and
+// TestSeams is false, and the request target "*" (400 invalid_argument).
+// A path with malformed percent-encoding (GET /v1/tools/%ZZ) never reaches
+// a handler: net/http's server answers it 400 (plain text) while parsing
+// the request line. Mount the handler at "/" (or at "/v1/" and
 // "/.well-known/openwop"). Safe for concurrent use.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.RequestURI == "*" { // the mux answers a bare 400 to it
+		h.writeError(w, r, errcode.Errorf(errcode.InvalidArgument, "request target * is not served (method %s)", clip(r.Method)))
+		return
+	}
 	hd, pattern := h.mux.Handler(r)
 	if pattern != "" {
 		h.mux.ServeHTTP(w, r) // sets the path values
@@ -203,13 +210,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.StatusMethodNotAllowed:
 		allow := rec.header.Get("Allow")
 		h.writeError(w, r, &statusError{status: http.StatusMethodNotAllowed,
-			err:    errcode.Errorf(errcode.InvalidArgument, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow),
+			err:    errcode.Errorf(errcode.InvalidArgument, "method %s is not allowed on %s (allowed: %s)", clip(r.Method), clip(r.URL.Path), allow),
 			header: http.Header{"Allow": {allow}}})
 	case http.StatusMovedPermanently, http.StatusPermanentRedirect, http.StatusTemporaryRedirect, http.StatusFound:
 		w.Header().Set("Location", rec.header.Get("Location"))
 		w.WriteHeader(rec.status)
 	default:
-		h.writeError(w, r, errcode.Errorf(errcode.NotFound, "no endpoint %s %s", r.Method, r.URL.Path))
+		h.writeError(w, r, errcode.Errorf(errcode.NotFound, "no endpoint %s %s", clip(r.Method), clip(r.URL.Path)))
 	}
 }
 

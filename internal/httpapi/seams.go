@@ -105,7 +105,8 @@ func (h *Handler) seamPipeline(name string, scopes []string, limiter ratelimit.L
 		if e := errcode.As(err); e != nil {
 			msg = e.Message
 		}
-		return nil, "", invalid("toolName", "toolName %q / requiredScopes are not usable: %s", name, msg)
+		msg = scrubEchoes(msg, append([]string{name, id}, scopes...)...)
+		return nil, "", invalid("toolName", "toolName %q / requiredScopes are not usable: %s", clip(name), msg)
 	}
 	p, err := pipeline.New(pipeline.Options{Limiter: limiter, Redactor: h.pipe.Redactor(), Events: store.EventLog(h.events),
 		Receipts: h.opts.Receipts, AuditContent: h.opts.AuditContent, Logger: h.log})
@@ -170,7 +171,7 @@ func (h *Handler) seamInvoke(w http.ResponseWriter, r *http.Request, caller poli
 	if req.Transport != "" {
 		transport = catalog.Transport(req.Transport)
 		if !transport.Valid() {
-			return invalid("transport", "transport %q is not mcp, http or native", req.Transport)
+			return invalid("transport", "transport %q is not mcp, http or native", clip(req.Transport))
 		}
 	}
 	var limiter ratelimit.Limiter = h.seamLimiter.Load()
@@ -347,10 +348,13 @@ type TestEvents struct {
 // caller's tenant's run, ordered by sequence, 200 with {events: []} for a
 // run it does not have (so the probe runId __probe__ answers 200). The
 // filters keep events whose member equals the value; toolgate's events
-// carry no nodeId or correlationId, so those filters keep none.
+// carry no nodeId or correlationId, so those filters keep none. Events
+// naming a tool the caller may not see are left out (eventFilter), so a run
+// holding only such events answers like an unknown one.
 func (h *Handler) seamRunEvents(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
 	runID := r.PathValue("runId")
 	q := r.URL.Query()
+	f := h.newEventFilter(r.Context(), caller)
 	out := TestEvents{Events: []audit.Event{}}
 	after := int64(-1)
 	for {
@@ -358,13 +362,14 @@ func (h *Handler) seamRunEvents(w http.ResponseWriter, r *http.Request, caller p
 		if err != nil {
 			return err
 		}
-		for _, ev := range page {
+		for i := range page {
+			ev := &page[i]
 			if (q.Has("type") && ev.Type != q.Get("type")) ||
 				(q.Has("causationId") && ev.CausationID != q.Get("causationId")) ||
-				q.Has("nodeId") || q.Has("correlationId") {
+				q.Has("nodeId") || q.Has("correlationId") || !f.visible(ev) {
 				continue
 			}
-			out.Events = append(out.Events, ev)
+			out.Events = append(out.Events, *ev)
 		}
 		if len(page) < store.MaxLimit {
 			break

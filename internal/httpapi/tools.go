@@ -19,10 +19,10 @@ func (h *Handler) listTools(w http.ResponseWriter, r *http.Request, p policy.Pri
 	q := r.URL.Query()
 	src := catalog.Source(q.Get("source"))
 	if q.Has("source") && !src.Valid() {
-		return invalid("source", "source %q is not one of node-pack, workflow, mcp, connector, host-extension", src)
+		return invalid("source", "source %q is not one of node-pack, workflow, mcp, connector, host-extension", clip(string(src)))
 	}
 	if v := q.Get("view"); v != "" && v != "standard" {
-		return invalid("view", "view %q is not supported (only standard)", v)
+		return invalid("view", "view %q is not supported (only standard)", clip(v))
 	}
 	out := []catalog.ToolDescriptor{}
 	for _, t := range h.pipe.Disclose(r.Context(), p) {
@@ -65,6 +65,6 @@ func (h *Handler) visibleCandidates(r *http.Request, p policy.Principal, name st
 	if len(visible) < 2 {
 		return notFoundTool(name)
 	}
-	return errcode.Errorf(errcode.AmbiguousTool, "tool name %q is ambiguous: it matches %v; use the toolId", name, visible).
-		WithDetails(map[string]any{"name": name, "candidates": visible})
+	return errcode.Errorf(errcode.AmbiguousTool, "tool name %q is ambiguous: it matches %v; use the toolId", clip(name), visible).
+		WithDetails(map[string]any{"name": clip(name), "candidates": visible})
 }
