@@ -114,6 +114,11 @@ func New(opts Options) (*Hook, error) {
 	if opts.Client == nil {
 		opts.Client = &http.Client{}
 	}
+	// A redirect would send the signed body elsewhere: never follow one
+	// (a 3xx is then a non-2xx answer, an error).
+	c := *opts.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	opts.Client = &c
 	if opts.Queue <= 0 {
 		opts.Queue = DefaultQueue
 	}
@@ -287,7 +292,13 @@ func (h *Hook) post(ctx context.Context, body []byte) ([]byte, error) {
 	req.Header.Set(SignatureHeader, Sign(h.opts.Secret, h.opts.Now(), body))
 	resp, err := h.opts.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("webhook %s: %w", h.opts.Name, err)
+		// The detail (it names the hook's address) goes to the operator's
+		// log, not into the call's error, which the agent sees.
+		h.opts.Logger.Warn("webhook request failed", "hook", h.opts.Name, "err", err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("webhook %s: no answer in time", h.opts.Name)
+		}
+		return nil, fmt.Errorf("webhook %s: the request failed", h.opts.Name)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))

@@ -98,6 +98,8 @@ func TestEnforce(t *testing.T) {
 			<-r.Context().Done()
 		case "500":
 			w.WriteHeader(500)
+		case "redirect":
+			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusTemporaryRedirect)
 		}
 	}))
 	defer srv.Close()
@@ -125,9 +127,10 @@ func TestEnforce(t *testing.T) {
 	if res := call(t, gw, `{"path":"/tmp/a"}`); res.Status != audit.StatusForbidden {
 		t.Fatalf("a mutation into a denied call ran: %+v", res)
 	}
-	for _, a := range []string{"timeout", "500"} {
+	for _, a := range []string{"timeout", "500", "redirect"} {
 		set(a)
-		if res := call(t, gw, `{"path":"/tmp/a"}`); res.Status != audit.StatusForbidden || res.Err.Code != errcode.Forbidden {
+		res := call(t, gw, `{"path":"/tmp/a"}`)
+		if res.Status != audit.StatusForbidden || res.Err.Code != errcode.Forbidden || strings.Contains(res.Err.Message, "127.0.0.1") {
 			t.Fatalf("%s: %+v", a, res)
 		}
 	}
