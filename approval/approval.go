@@ -13,11 +13,13 @@
 package approval
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -26,7 +28,6 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/internal/canonjson"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
@@ -322,20 +323,25 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 }
 
 // bind computes b's argument binding: HMAC-SHA256(BindingKey, toolId 0x00
-// canonical(args)), hex.
+// compact(args)), hex.
 func (m *Manager) bind(b *Binding) *errcode.Error {
 	args := b.Args
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
-	canon, err := canonjson.Canonicalize(args)
-	if err != nil {
-		return errcode.Wrap(errcode.InvalidArgument, err, "approval: arguments are not canonicalizable JSON")
+	// The arguments exactly as they will be forwarded, whitespace removed
+	// (json.Compact keeps every number literal and key order): a canonical
+	// form would map distinct large integers or high-precision numbers to
+	// one value and let one approval cover both. A reordered object needs
+	// its own approval, which errs on the safe side.
+	var exact bytes.Buffer
+	if err := json.Compact(&exact, args); err != nil {
+		return errcode.Wrap(errcode.InvalidArgument, err, "approval: arguments are not valid JSON")
 	}
 	mac := hmac.New(sha256.New, m.opts.BindingKey)
 	mac.Write([]byte(b.ToolID))
 	mac.Write([]byte{0})
-	mac.Write(canon)
+	mac.Write(exact.Bytes())
 	b.binding = hex.EncodeToString(mac.Sum(nil))
 	return nil
 }

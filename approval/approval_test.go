@@ -373,3 +373,23 @@ func TestApprovalBoundToExactArgs(t *testing.T) {
 		t.Fatalf("the approved arguments: %+v", res)
 	}
 }
+
+// Numbers bind exactly: 100000000000000000000 and 100000000000000000001 are
+// one float64 but two approvals.
+func TestApprovalBindsNumbersExactly(t *testing.T) {
+	r := newRig(t, mem(t), 10*time.Millisecond)
+	a := json.RawMessage(`{"content":"a rather large write","n":100000000000000000000}`)
+	b := json.RawMessage(`{"content":"a rather large write","n":100000000000000000001}`)
+	r.call(t, a)
+	id := <-r.reqs.ids
+	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.call(t, b); code(res) != errcode.ApprovalRequired || r.ran.Load() != 0 {
+		t.Fatalf("an approval covered another number: %+v", res)
+	}
+	<-r.reqs.ids
+	if res := r.call(t, a); res.Status != audit.StatusOK {
+		t.Fatalf("the approved call: %+v", res)
+	}
+}

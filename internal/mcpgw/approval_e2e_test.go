@@ -137,7 +137,7 @@ func TestBadMetaIsInvalidParams(t *testing.T) {
 	rec := startRecordingUpstream(t)
 	e := startGatewayWith(t, oneServerConfig(rec.url), false)
 	cs := e.connect(t, keyBob)
-	for _, v := range []any{strings.Repeat("r", 300), 5, ""} {
+	for _, v := range []any{strings.Repeat("r", 300), 5, "", "a\nb", "a\x00b"} {
 		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "greet", Arguments: map[string]any{"name": "x"}, Meta: mcp.Meta{MetaRunID: v}})
 		if err == nil || !strings.Contains(err.Error(), MetaRunID) || strings.Contains(err.Error(), "unknown tool") {
 			t.Fatalf("_meta runId %v: %v", v, err)

@@ -36,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -641,8 +643,8 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 				continue
 			}
 			str, ok := v.(string)
-			if !ok || str == "" || len(str) > 128 {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("_meta %q must be a string of 1-128 bytes", f.key)}
+			if !ok || str == "" || len(str) > 128 || !utf8.ValidString(str) || strings.ContainsFunc(str, unicode.IsControl) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("_meta %q must be a string of 1-128 bytes of UTF-8 without control characters", f.key)}
 			}
 			*f.dst = str
 		}

@@ -5,6 +5,7 @@ package sqlite
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -24,7 +25,7 @@ import (
 // (naming its pid when the lock file tells it) or the file cannot be
 // opened or locked.
 func lockStore(path string) (*os.File, error) {
-	name := path + ".lock"
+	name := realPath(path) + ".lock"
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, store.Unavailable("open store "+path+": lock file", err)
@@ -86,4 +87,17 @@ func inUse(path, lockName string, pid int) *errcode.Error {
 		details["pid"] = pid
 	}
 	return e.WithDetails(details)
+}
+
+// realPath resolves symbolic links in path (its directory when the file
+// does not exist yet), so that every alias of one database file locks the
+// same lock file. On error it returns path unchanged.
+func realPath(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }

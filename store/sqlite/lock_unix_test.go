@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -71,6 +72,14 @@ func TestExclusiveSameProcess(t *testing.T) {
 	}
 	_, err = Open(ctx, path, Options{Signer: signerN(1), Exclusive: true})
 	wantInUse(t, err, path, "is already open in this process", os.Getpid())
+	// An alias of the same file (a symbolic link) is the same store.
+	alias := filepath.Join(t.TempDir(), "alias.db")
+	if err := os.Symlink(path, alias); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, alias, Options{Signer: signerN(1), Exclusive: true}); err == nil {
+		t.Fatal("a symbolic link to a locked store opened exclusively")
+	}
 	// Without Exclusive nothing is checked (the CLI beside a gateway).
 	reader := openAt(t, path, Options{Signer: signerN(1)})
 	if err := reader.Close(); err != nil {
