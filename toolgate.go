@@ -162,22 +162,7 @@ func (g *Gateway) SetPolicy(p *policy.Program) error {
 	return g.rebuild()
 }
 
-func nativeInvoker(fn NativeFunc) pipeline.Invoker {
-	return pipeline.InvokerFunc(func(ctx context.Context, _ *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
-		v, err := fn(ctx, args)
-		if err != nil {
-			return nil, err
-		}
-		if raw, ok := v.(json.RawMessage); ok {
-			return raw, nil
-		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.ToolExecutionFailed, err, "encoding the tool's result")
-		}
-		return out, nil
-	})
-}
+func nativeInvoker(fn NativeFunc) pipeline.Invoker { return pipeline.NativeInvoker(fn) }
 
 // Disclose returns the descriptors of the tools principal may see, sorted by
 // toolId: exactly those whose decision could be non-deny.

@@ -63,21 +63,7 @@ func demoTools(dir string) []nativeTool {
 	}
 }
 
-// nativeInvoker adapts a native function to the pipeline: its value is
-// returned as JSON (json.RawMessage as is).
+// nativeInvoker adapts a native function to the pipeline.
 func nativeInvoker(fn func(context.Context, json.RawMessage) (any, error)) pipeline.Invoker {
-	return pipeline.InvokerFunc(func(ctx context.Context, _ *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
-		v, err := fn(ctx, args)
-		if err != nil {
-			return nil, err
-		}
-		if raw, ok := v.(json.RawMessage); ok {
-			return raw, nil
-		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.ToolExecutionFailed, err, "encoding the tool's result")
-		}
-		return out, nil
-	})
+	return pipeline.NativeInvoker(fn)
 }

@@ -48,6 +48,28 @@ type Invoker interface {
 	Invoke(ctx context.Context, t *catalog.Tool, args json.RawMessage) (json.RawMessage, error)
 }
 
+// NativeInvoker adapts a native Go function to Invoker: fn receives the
+// call's arguments (a JSON object) and returns a value that is marshalled
+// as the result (a json.RawMessage as is). An error of fn is the tool's
+// failure; a value that does not marshal is tool_execution_failed. Safe
+// for concurrent use if fn is.
+func NativeInvoker(fn func(ctx context.Context, args json.RawMessage) (any, error)) Invoker {
+	return InvokerFunc(func(ctx context.Context, _ *catalog.Tool, args json.RawMessage) (json.RawMessage, error) {
+		v, err := fn(ctx, args)
+		if err != nil {
+			return nil, err
+		}
+		if raw, ok := v.(json.RawMessage); ok {
+			return raw, nil
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.ToolExecutionFailed, err, "encoding the tool's result")
+		}
+		return out, nil
+	})
+}
+
 // Preparer is implemented by an Invoker that has set-up to do before a call
 // that passed every gate is recorded: the MCP gateway opens the caller's
 // upstream session there, so that tool.session.opened precedes the call's
