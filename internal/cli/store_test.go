@@ -18,33 +18,10 @@ import (
 
 // The store commands read what a gateway on the SQLite store wrote.
 func TestStoreCommands(t *testing.T) {
-	dir := t.TempDir()
-	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
-	cfgFile := writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")
-	key, _, err := receipt.LoadOrCreateKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(st), Receipts: store.ReceiptLog(st)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
-		func(context.Context, json.RawMessage) (any, error) { return 1, nil })
-	for i := 0; i < 3; i++ {
-		if _, err := gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}, RunID: "r1"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Close()
+	r := newStoreRig(t, nil)
+	r.calls(t, 3, "r1")
+	r.st.Close()
+	cfgFile, keyFile, gw := r.cfgFile, r.keyFile, r.gw
 
 	code, out, errOut := run(t, "", "audit", "tail", "--config", cfgFile, "--tenant", "acme", "--run", "r1")
 	if code != ExitOK || strings.Count(out, "\n") != 6 || !strings.Contains(out, `"agent.toolCalled"`) {
@@ -74,34 +51,11 @@ func TestStoreCommands(t *testing.T) {
 // audit prune removes old events and receipts; the chain still verifies in
 // place and from an export.
 func TestAuditPrune(t *testing.T) {
-	dir := t.TempDir()
-	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
-	cfgFile := writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")
-	key, _, err := receipt.LoadOrCreateKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	old := func() time.Time { return time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC) }
-	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key), Now: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Now: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
-		func(context.Context, json.RawMessage) (any, error) { return 1, nil })
-	for range 3 {
-		if _, err := gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}, RunID: "r1"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Close()
+	r := newStoreRig(t, old)
+	r.calls(t, 3, "r1")
+	r.st.Close()
+	cfgFile := r.cfgFile
 
 	if code, _, errOut := run(t, "", "audit", "prune", "--config", cfgFile); code != ExitUsage || !strings.Contains(errOut, "audit.retention") {
 		t.Fatalf("prune without a retention: %d %q", code, errOut)
@@ -125,33 +79,10 @@ func TestAuditPrune(t *testing.T) {
 // receipts pubkey prints the key that verifies an export; an export from a
 // seq verifies with --from.
 func TestReceiptsPubkeyAndFrom(t *testing.T) {
-	dir := t.TempDir()
-	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
-	cfgFile := writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")
-	key, _, err := receipt.LoadOrCreateKey(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(st), Receipts: store.ReceiptLog(st)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
-		func(context.Context, json.RawMessage) (any, error) { return 1, nil })
-	for range 4 {
-		if _, err := gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st.Close()
+	r := newStoreRig(t, nil)
+	r.calls(t, 4, "")
+	r.st.Close()
+	cfgFile := r.cfgFile
 	code, pub, errOut := run(t, "", "receipts", "pubkey", "--config", cfgFile)
 	if code != ExitOK || !strings.Contains(pub, "PUBLIC KEY") {
 		t.Fatalf("pubkey: %d %q %q", code, pub, errOut)
@@ -164,5 +95,51 @@ func TestReceiptsPubkeyAndFrom(t *testing.T) {
 	}
 	if code, _, _ := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile); code != ExitFailure {
 		t.Fatalf("verify of a suffix without --from: exit %d, want 1", code)
+	}
+}
+
+// storeRig is a gateway with one native tool (native:a.b) on a SQLite store
+// in a temporary directory, and a config file naming that store and key.
+type storeRig struct {
+	cfgFile, keyFile string
+	gw               *toolgate.Gateway
+	st               *sqlite.Store
+}
+
+// newStoreRig opens the rig; now, when non-nil, is the clock of the
+// gateway and of the store's checkpoints.
+func newStoreRig(t *testing.T, now func() time.Time) *storeRig {
+	t.Helper()
+	dir := t.TempDir()
+	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
+	r := &storeRig{keyFile: keyFile, cfgFile: writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")}
+	key, _, err := receipt.LoadOrCreateKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.st, err = sqlite.Open(context.Background(), db, sqlite.Options{Signer: receipt.NewSigner(key), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(writeFile(t, "p.yaml", "policy: {rules: [{id: all, effect: allow, tools: ['*']}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.gw, err = toolgate.New(toolgate.Options{Policy: cfg.Policy, SigningKey: key, Events: store.EventLog(r.st), Receipts: store.ReceiptLog(r.st), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:a.b", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead},
+		func(context.Context, json.RawMessage) (any, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// calls makes n calls of native:a.b in run runID ("" generates one each).
+func (r *storeRig) calls(t *testing.T, n int, runID string) {
+	t.Helper()
+	for range n {
+		if _, err := r.gw.Call(context.Background(), toolgate.Call{Tool: "native:a.b", Principal: toolgate.Principal{ID: "al", Tenant: "acme"}, RunID: runID}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
