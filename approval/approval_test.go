@@ -170,7 +170,7 @@ func TestRetryConsumesOnce(t *testing.T) {
 	args := bigArgs("a rather large write")
 	res := r.call(t, args)
 	id := <-r.reqs.ids
-	if code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] != id || r.ran.Load() != 0 {
+	if code(res) != errcode.ApprovalRequired || res.Err.Details["approvalId"] != id || res.ApprovalID != id || r.ran.Load() != 0 {
 		t.Fatalf("first call: %+v", res.Err)
 	}
 	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, ""); err != nil {

@@ -249,7 +249,7 @@ type Result struct {
 	ExecutedArgsHash         string
 	MutationSource           string
 	RetryAfter               time.Duration
-	ApprovalID               string // the approval the call consumed (require_approval), "" if none
+	ApprovalID               string // the approval the call consumed or, when refused for one, waits for; "" if none
 }
 
 // Disclose returns the tools principal may see: every tool whose name-level
@@ -516,6 +516,10 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		}
 		id, e := p.opts.Approver.Await(ctx, b)
 		if e != nil {
+			// The refusal's receipt names the approval it waits for.
+			if pending, ok := e.Details["approvalId"].(string); ok {
+				res.ApprovalID = pending
+			}
 			return p.refuse(rec, cs, audit.StatusForbidden, e)
 		}
 		// At dispatch the decision runs again on the policy in force now:
