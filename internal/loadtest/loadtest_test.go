@@ -10,9 +10,6 @@ import (
 // The smoke mode against in-process servers (echo and gateway): every call
 // succeeds and every step is reported. No timing is asserted.
 func TestSmokeInProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts servers and runs load for about 2 s")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
