@@ -434,4 +434,10 @@ func TestE2ESessionBoundToPrincipal(t *testing.T) {
 	if status, _, body := postMCP(t, e, keyAlice, list, hdr); status != http.StatusOK || !strings.Contains(string(body), "remote__secret") {
 		t.Errorf("alice on her session: %d %s, want 200 with her tools", status, body)
 	}
+	// tools/call too, now that the session is established (the direct
+	// path, direct.go, leaves another principal's request to the SDK).
+	call := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"remote__secret","arguments":{}}}`
+	if status, _, body := postMCP(t, e, keyBob, call, hdr); status != http.StatusForbidden {
+		t.Errorf("bob calling on alice's session: %d %s, want 403", status, body)
+	}
 }

@@ -117,6 +117,14 @@ type Gateway struct {
 	sessions sync.Map // downstream session id → *dsession
 	updates  sync.Map // relayed resources/updated params → its one *mcp.ServerSession (session.go)
 	closed   atomic.Bool
+
+	// Direct tools/call (direct.go).
+	userApprover    atomic.Bool  // the policy has an `approver: user` rule
+	inflight        sync.Map     // session id + "\x00" + JSON-RPC id → context.CancelFunc
+	directCalls     atomic.Int64 // tools/call requests served by serveDirect
+	keepalives      atomic.Int64 // pings keepAlive sent
+	keepaliveStatus atomic.Int32 // HTTP status of the last one
+	protocols       []string     // sessionProtocols()
 }
 
 // upstream is one configured server.
@@ -157,7 +165,7 @@ func New(opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy,
-		classes: opts.Config.Tools}
+		classes: opts.Config.Tools, protocols: sessionProtocols()}
 	resolve := func(name string) (string, error) {
 		cr, ok := g.cfg.Credentials[name]
 		if !ok {
@@ -463,6 +471,7 @@ func (g *Gateway) rebuildLocked() error {
 	}
 	g.pipe.Swap(&pipeline.State{Catalog: snap, Policy: g.policy, Invokers: inv})
 	g.surface.Store(sf)
+	g.userApprover.Store(g.policy.UsesApprover(policy.ApproverUser))
 	return nil
 }
 

@@ -24,7 +24,10 @@ import (
 //     -32600, before anything else happens (authentication included).
 //  2. The request is authenticated (a, API key or JWT bearer token); a
 //     failure answers 401 with WWW-Authenticate (RFC 6750 §3).
-//  3. The go-sdk Streamable HTTP handler serves it, with the principal as
+//  3. A plain tools/call on an established session is answered directly
+//     (serveDirect, direct.go: same handler, JSON response, no SDK
+//     transport hop).
+//  4. The go-sdk Streamable HTTP handler serves the rest, with the principal as
 //     the session's user: a session is bound to the principal that opened
 //     it (a request of another principal gets 403).
 func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
@@ -40,8 +43,10 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	inner := bearer(sdk)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
 		if r.Method == http.MethodPost && r.Body != nil {
-			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+			var err error
+			body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 			if err != nil {
 				var mbe *http.MaxBytesError
 				if errors.As(err, &mbe) {
@@ -64,6 +69,17 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			return
 		}
 		r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+		if r.Method == http.MethodPost && g.serveDirect(w, r, body, p, inner) {
+			return
+		}
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+			if v, ok := g.sessions.Load(sid); ok {
+				v.(*dsession).touch()
+			}
+			if r.Method == http.MethodPost {
+				g.cancelDirect(sid, body)
+			}
+		}
 		if r.Header.Get("Authorization") == "" {
 			// Authenticated by X-API-Key; the SDK's bearer middleware only
 			// carries the principal (the verifier above ignores the token).

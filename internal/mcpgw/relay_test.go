@@ -31,6 +31,14 @@ import (
 // and an API key.
 func startAllowAllGateway(t *testing.T, upstreamURL string) (string, string) {
 	t.Helper()
+	u, key, _ := startAllowAllGatewayWith(t, upstreamURL, "")
+	return u, key
+}
+
+// startAllowAllGatewayWith is startAllowAllGateway with extra top-level
+// YAML (e.g. an mcp: section), returning the gateway too.
+func startAllowAllGatewayWith(t *testing.T, upstreamURL, extra string) (string, string, *mcpgw.Gateway) {
+	t.Helper()
 	key, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +52,7 @@ servers:
 policy:
   rules:
     - {id: all, effect: allow, tools: ["*"]}
-`, auth.HashKey(key), upstreamURL)
+`, auth.HashKey(key), upstreamURL) + extra
 	cfg, err := config.Parse("toolgate.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +95,7 @@ policy:
 	if err := gw.WaitReady(wctx); err != nil {
 		t.Fatalf("the gateway did not connect to its upstream: %v", err)
 	}
-	return srv.URL + "/mcp", key
+	return srv.URL + "/mcp", key, gw
 }
 
 // relayClient connects a go-sdk client with opts to the gateway at gwURL.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -36,6 +37,8 @@ type dsession struct {
 	closed   bool
 
 	closeOnce sync.Once // close: a second caller waits for the first to finish
+
+	sdkSeen atomic.Int64 // when the SDK last served a request of the session (Unix ns; direct.go)
 }
 
 // dsession returns the state of ss, creating it (and a watcher that closes
@@ -48,6 +51,7 @@ func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession 
 		return v.(*dsession)
 	}
 	ds := &dsession{g: g, id: ss.ID(), ss: ss, principal: p, conns: map[string]*conn{}, opened: map[string]string{}}
+	ds.touch()
 	if v, loaded := g.sessions.LoadOrStore(ss.ID(), ds); loaded {
 		return v.(*dsession)
 	}
