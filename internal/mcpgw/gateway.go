@@ -218,7 +218,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	for _, name := range g.order {
 		u := g.ups[name]
-		u.shared = newConn(u.d, g.sharedClientOptions(u), log.With("server", name), func(cs *mcp.ClientSession) {
+		u.shared = newConn(u.d, g.sharedClientOptions(u), "", log.With("server", name), func(cs *mcp.ClientSession) {
 			g.refreshTools(u, cs)
 		})
 	}

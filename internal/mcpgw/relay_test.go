@@ -239,3 +239,35 @@ func TestRelayResourceUpdatedOncePerClient(t *testing.T) {
 		}
 	}
 }
+
+// A per-client upstream session speaks the protocol version its downstream
+// client negotiated with the gateway.
+func TestUpstreamSpeaksClientProtocol(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	server.AddTool(&mcp.Tool{Name: "version", InputSchema: map[string]any{"type": "object"}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: req.Session.InitializeParams().ProtocolVersion}}}, nil
+		})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(up.Close)
+	gwURL, key := startAllowAllGateway(t, up.URL)
+	for _, version := range []string{"2025-03-26", "2025-06-18", "2025-11-25"} {
+		hc := &http.Client{Transport: bearer{key: key}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "v", Version: "1"}, nil).Connect(t.Context(),
+			&mcp.StreamableClientTransport{Endpoint: gwURL, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cs.InitializeResult().ProtocolVersion; got != version {
+			t.Fatalf("the gateway negotiated %s with a %s client", got, version)
+		}
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "version"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Content[0].(*mcp.TextContent).Text; got != version {
+			t.Errorf("a %s client's upstream session speaks %s", version, got)
+		}
+		cs.Close()
+	}
+}

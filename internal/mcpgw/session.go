@@ -3,6 +3,7 @@ package mcpgw
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,7 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 		ds.mu.Unlock()
 		return c.session()
 	}
-	c = newConn(u.d, ds.clientOptions(u), ds.g.log.With("server", u.name, "session", ds.id), func(cs *mcp.ClientSession) {
+	c = newConn(u.d, ds.clientOptions(u), ds.g.negotiated(ds.ss), ds.g.log.With("server", u.name, "session", ds.id), func(cs *mcp.ClientSession) {
 		ds.mu.Lock()
 		lvl := ds.logLevel
 		ds.mu.Unlock()
@@ -98,6 +99,25 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 		ds.sessionOpened(u.name)
 	}
 	return cs, err
+}
+
+// negotiated is the protocol version ss's client and the gateway agreed on
+// (what the SDK server answered to initialize: the client's version when
+// the gateway serves it, else the latest it serves), or "" before
+// initialize. A per-client upstream session asks for the same version, so
+// that the upstream speaks to the client's protocol (issue 4 §2).
+func (g *Gateway) negotiated(ss *mcp.ServerSession) string {
+	if ss == nil {
+		return ""
+	}
+	ip := ss.InitializeParams()
+	if ip == nil {
+		return ""
+	}
+	if slices.Contains(g.protocols, ip.ProtocolVersion) {
+		return ip.ProtocolVersion
+	}
+	return slices.Max(g.protocols)
 }
 
 // clientOptions relay what u sends on ds's upstream session to ds's client:

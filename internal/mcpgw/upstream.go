@@ -84,10 +84,11 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// dial connects one client session with opts and receiving middleware mw.
-// For a stdio server it starts the process; cmd is then the started command
-// (nil for HTTP).
-func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
+// dial connects one client session with opts and receiving middleware mw,
+// asking for MCP protocol version (the SDK's latest when ""; the server
+// may answer another it supports). For a stdio server it starts the
+// process; cmd is then the started command (nil for HTTP).
+func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version string, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: Version}, opts)
 	client.AddReceivingMiddleware(mw...)
 	var transport mcp.Transport
@@ -109,7 +110,11 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, mw ...mcp.Mi
 		// Last-Event-ID (SEP-1699); with no retries the whole session fails.
 		transport = &mcp.StreamableClientTransport{Endpoint: d.cfg.URL, HTTPClient: hc}
 	}
-	cs, err := client.Connect(ctx, transport, nil)
+	var so *mcp.ClientSessionOptions
+	if version != "" {
+		so = &mcp.ClientSessionOptions{ProtocolVersion: version}
+	}
+	cs, err := client.Connect(ctx, transport, so)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -120,12 +125,13 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, mw ...mcp.Mi
 // in the background, reconnected with backoff when it ends, until closed.
 // Safe for concurrent use.
 type conn struct {
-	server string
-	d      *dialer
-	opts   *mcp.ClientOptions
-	mw     []mcp.Middleware // receiving middleware of each session
-	log    *slog.Logger
-	onUp   func(*mcp.ClientSession) // called after each (re)connect, may be nil
+	server  string
+	d       *dialer
+	opts    *mcp.ClientOptions
+	version string           // protocol version to ask for ("" = the SDK's latest)
+	mw      []mcp.Middleware // receiving middleware of each session
+	log     *slog.Logger
+	onUp    func(*mcp.ClientSession) // called after each (re)connect, may be nil
 
 	mu      sync.Mutex
 	cs      *mcp.ClientSession // nil while down
@@ -137,10 +143,11 @@ type conn struct {
 	done    chan struct{}
 }
 
-// newConn starts supervising a session to d's server; mw is the receiving
-// middleware of each of its client sessions.
-func newConn(d *dialer, opts *mcp.ClientOptions, log *slog.Logger, onUp func(*mcp.ClientSession), mw ...mcp.Middleware) *conn {
-	c := &conn{server: d.cfg.Name, d: d, opts: opts, mw: mw, log: log, onUp: onUp,
+// newConn starts supervising a session to d's server, speaking protocol
+// version ("" = the SDK's latest); mw is the receiving middleware of each
+// of its client sessions.
+func newConn(d *dialer, opts *mcp.ClientOptions, version string, log *slog.Logger, onUp func(*mcp.ClientSession), mw ...mcp.Middleware) *conn {
+	c := &conn{server: d.cfg.Name, d: d, opts: opts, version: version, mw: mw, log: log, onUp: onUp,
 		upCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
@@ -159,7 +166,7 @@ func (c *conn) run() {
 			case <-ctx.Done():
 			}
 		}()
-		cs, cmd, err := c.d.dial(ctx, c.opts, c.mw...)
+		cs, cmd, err := c.d.dial(ctx, c.opts, c.version, c.mw...)
 		cancel()
 		if err == nil {
 			c.mu.Lock()
