@@ -31,8 +31,16 @@ type ReceiptAppender interface {
 
 // ReceiptLog adapts s to the pipeline's receipt log: Append is
 // s.AppendReceipt, so it links r through the store's chain and returns once
-// r is durably stored. Safe for concurrent use if s is.
-func ReceiptLog(s Receipts) ReceiptAppender { return receiptLog{s} }
+// r is durably stored. If s also implements Outcomes, the result is an
+// OutcomeAppender too, whose AppendOutcome the pipeline uses to record a
+// call's closing events with its receipt in one write when its event log
+// is EventLog(s). Safe for concurrent use if s is.
+func ReceiptLog(s Receipts) ReceiptAppender {
+	if o, ok := s.(Outcomes); ok {
+		return outcomeLog{receiptLog{s}, o}
+	}
+	return receiptLog{s}
+}
 
 type receiptLog struct{ s Receipts }
 

@@ -94,6 +94,22 @@ type ReceiptLog interface {
 	Append(ctx context.Context, r *receipt.Receipt) error
 }
 
+// OutcomeLog is an optional interface of a ReceiptLog (store.ReceiptLog
+// returns one for a backend implementing store.Outcomes): AppendOutcome
+// appends events to an event log and links and stores r, atomically (both
+// or neither) and in one durable write, and Covers reports whether that
+// event log is log. When Options.Receipts implements it and covers
+// Options.Events, the pipeline records a call's agent.toolReturned (and,
+// for a refusal, its agent.toolCalled) together with the receipt through
+// AppendOutcome, one commit instead of two; otherwise it calls
+// Events.Append then Receipts.Append. Implementations must be safe for
+// concurrent use.
+type OutcomeLog interface {
+	ReceiptLog
+	AppendOutcome(ctx context.Context, events []*audit.Event, r *receipt.Receipt) error
+	Covers(log audit.Log) bool
+}
+
 // State is one immutable configuration of the gate: catalog, compiled
 // policy and the invoker of each tool. Pipeline swaps it atomically.
 type State struct {
@@ -161,6 +177,7 @@ type Approver interface {
 // Pipeline runs calls through the gate. It is safe for concurrent use.
 type Pipeline struct {
 	opts      Options
+	outcomes  OutcomeLog // nil: events and receipt are appended separately
 	state     atomic.Pointer[State]
 	wouldDeny atomic.Int64
 }
@@ -199,6 +216,9 @@ func New(opts Options) (*Pipeline, error) {
 		}
 	}
 	p := &Pipeline{opts: opts}
+	if o, ok := opts.Receipts.(OutcomeLog); ok && o.Covers(opts.Events) {
+		p.outcomes = o
+	}
 	empty, err := catalog.NewSnapshot(nil, catalog.Options{})
 	if err != nil {
 		return nil, err
@@ -763,10 +783,7 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 	}
 	ret.Tenant = cs.c.Principal.Tenant
 	cs.f.events = [2]*audit.Event{called, ret}
-	if err := p.appendEvents(ctx, cs.f, 2); err != nil {
-		return p.unrecorded(res, err)
-	}
-	if err := p.appendReceipt(ctx, cs); err != nil {
+	if err := p.recordOutcome(ctx, cs, 2); err != nil {
 		return p.unrecorded(res, err)
 	}
 	return res, nil
@@ -841,13 +858,25 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	}
 	ret.Tenant = cs.c.Principal.Tenant
 	cs.f.events = [2]*audit.Event{ret}
-	if err := p.appendEvents(cs.rec, cs.f, 1); err != nil {
-		return p.unrecorded(res, err)
-	}
-	if err := p.appendReceipt(cs.rec, cs); err != nil {
+	if err := p.recordOutcome(cs.rec, cs, 1); err != nil {
 		return p.unrecorded(res, err)
 	}
 	return res, nil
+}
+
+// recordOutcome durably records the call's closing events, cs.f.events[:n],
+// and its receipt: in one atomic write through p.outcomes when there is
+// one, else the events and then the receipt.
+func (p *Pipeline) recordOutcome(ctx context.Context, cs *callState, n int) error {
+	if p.outcomes == nil {
+		if err := p.appendEvents(ctx, cs.f, n); err != nil {
+			return err
+		}
+		return p.opts.Receipts.Append(ctx, p.newReceipt(cs))
+	}
+	err := p.outcomes.AppendOutcome(ctx, cs.f.events[:n], p.newReceipt(cs))
+	cs.f.events = [2]*audit.Event{}
+	return err
 }
 
 // gatewayCode reports whether code is a failure the gateway itself
@@ -954,7 +983,9 @@ type receiptBox struct {
 	durationMs int64
 }
 
-func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
+// newReceipt builds the call's receipt (unlinked) and sets the result's
+// ReceiptID.
+func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 	res := cs.res
 	res.ReceiptID = newID("rcpt_")
 	box := new(receiptBox)
@@ -980,7 +1011,7 @@ func (p *Pipeline) appendReceipt(ctx context.Context, cs *callState) error {
 		hex.Encode(h[:], sum[:])
 		r.ResultHash = string(h[:])
 	}
-	return p.opts.Receipts.Append(ctx, r)
+	return r
 }
 
 // unrecorded answers a call whose audit record could not be written:

@@ -26,7 +26,10 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Outcomes = (*Store)(nil)
+)
 
 // Options configures a Store. The zero value is valid.
 type Options struct {
@@ -112,15 +115,25 @@ func (s *Store) AppendEvents(ctx context.Context, events ...*audit.Event) error 
 	if s.closed {
 		return store.ErrClosed("append events")
 	}
-	// Check every event before changing anything: the batch is atomic.
+	seqs, err := s.checkEvents(events)
+	if err != nil {
+		return err
+	}
+	s.storeEvents(events, seqs)
+	return nil
+}
+
+// checkEvents checks every event before anything is changed (a batch is
+// atomic) and returns the sequence of each: the next ones of their runs,
+// or the stored one of an idempotent re-append. The caller holds s.mu.
+func (s *Store) checkEvents(events []*audit.Event) ([]int64, error) {
 	seqs := make([]int64, len(events))
-	fresh := 0
 	next := map[runKey]int64{}
 	for i, ev := range events {
 		if pos, ok := s.ids[ev.EventID]; ok {
 			stored := s.events[pos-1]
 			if !store.SameEvent(stored, ev) {
-				return store.EventConflict(ev.EventID, i)
+				return nil, store.EventConflict(ev.EventID, i)
 			}
 			seqs[i] = stored.Sequence
 			continue
@@ -131,9 +144,15 @@ func (s *Store) AppendEvents(ctx context.Context, events ...*audit.Event) error 
 			n = int64(len(s.runs[key]))
 		}
 		seqs[i], next[key] = n, n+1
-		fresh++
 	}
-	recs := make([]store.Record, 0, fresh)
+	return seqs, nil
+}
+
+// storeEvents stores the new events of a checked batch with their
+// sequences, publishes them and sets the caller's Sequence fields. The
+// caller holds s.mu.
+func (s *Store) storeEvents(events []*audit.Event, seqs []int64) {
+	var recs []store.Record
 	for i, ev := range events {
 		if _, ok := s.ids[ev.EventID]; ok {
 			continue
@@ -154,7 +173,6 @@ func (s *Store) AppendEvents(ctx context.Context, events ...*audit.Event) error 
 		ev.Sequence = seqs[i]
 	}
 	s.feed.Publish(recs)
-	return nil
 }
 
 // EventsByRun implements store.Events.EventsByRun.
@@ -295,14 +313,50 @@ func (s *Store) AppendReceipt(ctx context.Context, r *receipt.Receipt) error {
 	if s.closed {
 		return store.ErrClosed("append receipt")
 	}
-	return s.chain.AppendWith(r, func(r *receipt.Receipt) error {
-		if _, dup := s.rcptIDs[r.ReceiptID]; dup {
-			return errcode.Errorf(errcode.Conflict, "append receipt: receiptId %q is already stored", r.ReceiptID).
-				WithDetails(map[string]any{"field": "receiptId"})
+	return s.chain.AppendWith(r, s.storeReceipt)
+}
+
+// storeReceipt is the commit callback of a receipt's link: it refuses a
+// stored ReceiptID and keeps a copy of r. The caller holds s.mu.
+func (s *Store) storeReceipt(r *receipt.Receipt) error {
+	if _, dup := s.rcptIDs[r.ReceiptID]; dup {
+		return errcode.Errorf(errcode.Conflict, "append receipt: receiptId %q is already stored", r.ReceiptID).
+			WithDetails(map[string]any{"field": "receiptId"})
+	}
+	cp := copyReceipt(r)
+	s.receipts = append(s.receipts, cp)
+	s.rcptIDs[cp.ReceiptID] = cp
+	return nil
+}
+
+// AppendOutcome implements store.Outcomes: under one lock it checks the
+// events, links r and, only if r is accepted, stores both.
+func (s *Store) AppendOutcome(ctx context.Context, events []*audit.Event, r *receipt.Receipt) error {
+	if err := store.ContextError(ctx, "append outcome"); err != nil {
+		return err
+	}
+	if r == nil {
+		return errcode.New(errcode.InvalidArgument, "append outcome: nil receipt")
+	}
+	if len(events) > 0 {
+		if err := store.CheckEvents(events); err != nil {
+			return err
 		}
-		cp := copyReceipt(r)
-		s.receipts = append(s.receipts, cp)
-		s.rcptIDs[cp.ReceiptID] = cp
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed("append outcome")
+	}
+	seqs, err := s.checkEvents(events)
+	if err != nil {
+		return err
+	}
+	return s.chain.AppendWith(r, func(r *receipt.Receipt) error {
+		if err := s.storeReceipt(r); err != nil {
+			return err
+		}
+		s.storeEvents(events, seqs)
 		return nil
 	})
 }

@@ -50,6 +50,13 @@
 // (receipt.ResumeChain), and an uncovered head (from an older version) is
 // checkpointed at once.
 //
+// AppendOutcome (store.Outcomes) is one request carrying events and a
+// receipt: the writer inserts the events, then links the receipt, in the
+// same transaction; if the receipt is refused (a duplicate receiptId) the
+// events, the last rows inserted, are deleted again, so a run's sequence
+// has no gap. The pipeline records a call's agent.toolReturned and its
+// receipt this way: one commit instead of two.
+//
 // # Failures
 //
 // If anything in a batch fails at the storage level (disk full, I/O error,

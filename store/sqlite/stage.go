@@ -147,6 +147,9 @@ func (w *writer) flush() {
 			return
 		}
 		for i, row := range chunk {
+			if row.idx == 0 {
+				row.r.recFrom = len(w.recs)
+			}
 			ev := row.r.events[row.idx]
 			row.r.seqs[row.idx] = row.seq
 			stored := *ev
@@ -178,6 +181,7 @@ func (w *writer) flush() {
 		if w.fatal != nil {
 			return
 		}
+		r.recFrom = len(w.recs)
 		r.err = w.applyEvents(r)
 	}
 }

@@ -22,6 +22,7 @@ const (
 	kindEvents  reqKind = iota // events: append them
 	kindReceipt                // rcpt: link and store it
 	kindOp                     // op: run it in the transaction
+	kindOutcome                // events and rcpt: append both, or neither
 )
 
 // request is one caller's write, owned by the writer from the moment it is
@@ -33,15 +34,19 @@ type request struct {
 	rcpt   *receipt.Receipt
 	op     func(w *writer) error
 
-	seqs []int64 // kindEvents: the sequence of each event
-	err  error
-	done chan struct{} // receives one value when the request is finished
+	seqs    []int64 // kindEvents, kindOutcome: the sequence of each event
+	recFrom int     // index in writer.recs of the request's first stored event (set by flush)
+	err     error
+	done    chan struct{} // receives one value when the request is finished
 }
 
 // size is the request's item count for MaxBatch.
 func (r *request) size() int {
-	if r.kind == kindEvents {
+	switch r.kind {
+	case kindEvents:
 		return len(r.events)
+	case kindOutcome:
+		return len(r.events) + 1
 	}
 	return 1
 }
@@ -393,6 +398,8 @@ func (w *writer) apply(r *request) {
 		w.stageEvents(r)
 	case kindReceipt:
 		r.err = w.applyReceipt(r)
+	case kindOutcome:
+		w.applyOutcome(r)
 	case kindOp:
 		err := r.op(w)
 		if err != nil && errcode.As(err) == nil {
@@ -440,7 +447,7 @@ func (w *writer) finish() {
 			w.feed.Publish(w.recs)
 		}
 		for _, r := range w.batch {
-			if r.kind == kindEvents && r.err == nil {
+			if (r.kind == kindEvents || r.kind == kindOutcome) && r.err == nil {
 				for i, ev := range r.events {
 					ev.Sequence = r.seqs[i]
 				}
@@ -479,7 +486,7 @@ func (w *writer) rollback() {
 	}
 	w.log.Error("store: batch failed, nothing of it was stored", "requests", len(w.batch), "err", cause)
 	for _, r := range w.batch {
-		if r.kind == kindReceipt && r.rcpt != nil && r.rcpt.Hash != "" {
+		if (r.kind == kindReceipt || r.kind == kindOutcome) && r.rcpt != nil && r.rcpt.Hash != "" {
 			r.rcpt.ChainID, r.rcpt.Seq, r.rcpt.PrevHash, r.rcpt.Hash, r.rcpt.Sig = "", 0, "", "", ""
 		}
 		r.err = errcode.Wrap(errcode.AuditUnavailable, cause, "store write: the batch was not committed")
@@ -656,4 +663,34 @@ func (w *writer) applyReceipt(r *request) error {
 		w.linked = body
 	}
 	return err
+}
+
+// applyOutcome appends r's events and then links r.rcpt, both or neither.
+// The events are flushed at once (with whatever was staged before them),
+// so that they are the last rows inserted: if the receipt is then refused
+// (a duplicate receiptId, a receipt the chain rejects), deleting them
+// leaves no gap in any run's sequence, and positions are never reused
+// (AUTOINCREMENT).
+func (w *writer) applyOutcome(r *request) {
+	w.stageEvents(r)
+	w.flush()
+	if w.fatal != nil || r.err != nil {
+		return
+	}
+	r.err = w.applyReceipt(r)
+	if r.err == nil || w.fatal != nil || r.recFrom >= len(w.recs) {
+		return
+	}
+	// Undo r's new events: they are w.recs[r.recFrom:], the last rows.
+	added := w.recs[r.recFrom:]
+	if _, err := w.conn.ExecContext(context.Background(), "DELETE FROM events WHERE pos >= ?", added[0].Pos); err != nil {
+		w.fatal = err
+		return
+	}
+	for i := len(added) - 1; i >= 0; i-- { // ends with each run's lowest sequence
+		ev := &added[i].Event
+		w.pending[runKey{ev.Tenant, ev.RunID}] = ev.Sequence
+	}
+	clear(added)
+	w.recs = w.recs[:r.recFrom]
 }

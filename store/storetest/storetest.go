@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReceiptErrors", testReceiptErrors},
 		{"ReceiptsConcurrent", testReceiptsConcurrent},
 		{"ExportFromSeq", testExportFromSeq},
+		{"Outcomes", testOutcomes},
 		{"Approvals", testApprovals},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalConsumeOnce", testApprovalConsumeOnce},
