@@ -134,6 +134,7 @@ type upstream struct {
 	d       *dialer
 	timeout time.Duration
 	shared  *conn
+	caller  *upCaller // tools/call on a Streamable HTTP upstream's sessions (upcall.go); nil for stdio
 
 	refreshMu sync.Mutex // serialises refreshTools
 	mu        sync.Mutex
@@ -190,6 +191,11 @@ func New(opts Options) (*Gateway, error) {
 			return nil, errcode.Wrap(errcode.InvalidConfig, err, "mcpgw")
 		}
 		u := &upstream{name: srv.Name, cfg: srv, d: d, listed: make(chan struct{})}
+		if srv.URL != "" {
+			if u.caller, err = newUpCaller(d.httpClient(), srv.URL, 0); err != nil {
+				return nil, errcode.Wrap(errcode.InvalidConfig, err, "mcpgw: server "+srv.Name)
+			}
+		}
 		if srv.Timeout != "" {
 			u.timeout, _ = config.ParseDuration(srv.Timeout)
 		}
@@ -840,11 +846,32 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 			ctx, cancel = context.WithTimeoutCause(ctx, timeout, errToolTimeout)
 			defer cancel()
 		}
-		params := &mcp.CallToolParams{Name: name, Arguments: args}
-		if cc != nil && cc.progress != nil {
-			params.Meta = mcp.Meta{"progressToken": cc.progress}
+		var res *mcp.CallToolResult
+		if u.caller != nil {
+			// The hot path: tools/call posted on the session the SDK
+			// client opened, without its per-call machinery (upcall.go).
+			var meta map[string]any
+			if cc != nil && cc.progress != nil {
+				meta = map[string]any{"progressToken": cc.progress}
+			}
+			var h upHandlers
+			if ds != nil && ds.ss != nil && u.cfg.Sessions != "shared" {
+				h = ds.upHandlers()
+			}
+			res, _, err = u.caller.callTool(ctx, upSessionOf(cs), name, args, meta, h)
+			if err != nil {
+				if ctx.Err() == nil {
+					relayStreamEnd(ctx, cc, cs, err)
+				}
+				return nil, upCallError(ctx, u, cs, timeout, err)
+			}
+		} else {
+			params := &mcp.CallToolParams{Name: name, Arguments: args}
+			if cc != nil && cc.progress != nil {
+				params.Meta = mcp.Meta{"progressToken": cc.progress}
+			}
+			res, err = cs.CallTool(ctx, params)
 		}
-		res, err := cs.CallTool(ctx, params)
 		if err != nil {
 			if context.Cause(ctx) == errToolTimeout {
 				return nil, errcode.Errorf(errcode.Timeout, "tool did not finish within %s", timeout)
@@ -874,6 +901,32 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 }
 
 var errToolTimeout = errors.New("tool timeout")
+
+// upCallError maps a failed upCaller.callTool on u's session cs to the
+// pipeline's error: timeout (the tool's own timeout), the context's error,
+// tool_execution_failed for the upstream's JSON-RPC error or an oversize
+// result, upstream_unavailable otherwise. A session the upstream no longer
+// knows (404) is closed, so that it is opened again.
+func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeout time.Duration, err error) error {
+	if context.Cause(ctx) == errToolTimeout {
+		return errcode.Errorf(errcode.Timeout, "tool did not finish within %s", timeout)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return errcode.Errorf(errcode.ToolExecutionFailed, "upstream error %d: %s", je.Code, je.Message)
+	}
+	if errors.Is(err, errUpBodyTooLarge) {
+		return errcode.Wrap(errcode.ToolExecutionFailed, err, "upstream "+u.name)
+	}
+	var ue *upError
+	if errors.As(err, &ue) && ue.SessionGone() {
+		go cs.Close()
+	}
+	return errcode.Wrap(errcode.UpstreamUnavailable, err, "upstream "+u.name)
+}
 
 // sdkTransportError reports whether je is one of the go-sdk's own transport
 // errors rather than the upstream's answer: -32005 (rejected by transport:

@@ -2,6 +2,8 @@ package mcpgw
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -164,6 +166,75 @@ func (ds *dsession) clientOptions(u *upstream) *mcp.ClientOptions {
 	return opts
 }
 
+// upHandlers relay what an HTTP upstream sends on a tools/call's response
+// stream (upCaller) as clientOptions relays what the SDK client receives:
+// logging, progress, resource updates and the end of a URL elicitation to
+// ds's client; sampling and elicitation requests to ds's client when it
+// declared them, the SDK client's answers otherwise (ping, roots/list: none;
+// anything else: method not found).
+func (ds *dsession) upHandlers() upHandlers {
+	ss := ds.ss
+	return upHandlers{
+		OnNotification: func(ctx context.Context, method string, params json.RawMessage) {
+			var err error
+			switch method {
+			case "notifications/message":
+				var p mcp.LoggingMessageParams
+				if err = json.Unmarshal(params, &p); err == nil {
+					err = ss.Log(ctx, &p)
+				}
+			case "notifications/progress":
+				var p mcp.ProgressNotificationParams
+				if err = json.Unmarshal(params, &p); err == nil {
+					err = ss.NotifyProgress(ctx, &p)
+				}
+			case "notifications/resources/updated":
+				var p mcp.ResourceUpdatedNotificationParams
+				if err = json.Unmarshal(params, &p); err == nil {
+					ds.g.resourceUpdated(ctx, ss, &p)
+				}
+			case "notifications/elicitation/complete":
+				var p mcp.ElicitationCompleteParams
+				if err = json.Unmarshal(params, &p); err == nil {
+					err = ss.NotifyElicitationComplete(ctx, &p)
+				}
+			}
+			if err != nil {
+				ds.g.log.Debug("mcp: relaying an upstream notification failed", "method", method, "err", err)
+			}
+		},
+		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+			caps := clientCaps(ss)
+			var res any
+			var err error
+			switch {
+			case method == "sampling/createMessage" && caps != nil && caps.Sampling != nil:
+				var p mcp.CreateMessageWithToolsParams
+				if err = json.Unmarshal(params, &p); err != nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+				}
+				res, err = ss.CreateMessageWithTools(ctx, &p)
+			case method == "elicitation/create" && caps != nil && caps.Elicitation != nil:
+				var p mcp.ElicitParams
+				if err = json.Unmarshal(params, &p); err != nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+				}
+				res, err = relayElicit(ctx, ss, &p)
+			default:
+				return upDefaultRequest(method)
+			}
+			if err != nil {
+				var je *jsonrpc.Error
+				if errors.As(err, &je) {
+					return nil, je
+				}
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+			}
+			return res, nil
+		},
+	}
+}
+
 // clientCaps are the capabilities ss's client declared, nil before
 // initialize.
 func clientCaps(ss *mcp.ServerSession) *mcp.ClientCapabilities {
@@ -261,9 +332,10 @@ func (g *Gateway) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 func relayStreamEnd(ctx context.Context, cc *callCtx, cs *mcp.ClientSession, err error) {
 	// go-sdk v1.8.0 has no sentinel for this error; the message is its own
 	// (streamable.go, processStream). The conformance test (scenario
-	// server-sse-polling) notices if it changes.
+	// server-sse-polling) notices if it changes. upCaller's is
+	// errUpStreamEnded (after it tried to resume the stream).
 	if cc == nil || cc.extra == nil || cc.extra.CloseSSEStream == nil ||
-		!strings.Contains(err.Error(), "request terminated without response") {
+		!(strings.Contains(err.Error(), "request terminated without response") || errors.Is(err, errUpStreamEnded)) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingWait)

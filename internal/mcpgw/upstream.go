@@ -84,6 +84,16 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// httpClient is the HTTP client of a Streamable HTTP upstream: the
+// configured transport plus the server's resolved headers.
+func (d *dialer) httpClient() *http.Client {
+	base := http.RoundTripper(http.DefaultTransport)
+	if d.client != nil && d.client.Transport != nil {
+		base = d.client.Transport
+	}
+	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
+}
+
 // dial connects one client session with opts and receiving middleware mw,
 // asking for MCP protocol version (the SDK's latest when ""; the server
 // may answer another it supports). For a stdio server it starts the
@@ -100,11 +110,7 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 		cmd.Stderr = nil // discarded; a noisy server must not block on a full pipe
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	} else {
-		base := http.RoundTripper(http.DefaultTransport)
-		if d.client != nil && d.client.Transport != nil {
-			base = d.client.Transport
-		}
-		hc := &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
+		hc := d.httpClient()
 		// MaxRetries stays the SDK's default (5): a server may end an SSE
 		// stream mid-call and expect the client to resume it with
 		// Last-Event-ID (SEP-1699); with no retries the whole session fails.
