@@ -28,7 +28,12 @@
 // waits for more as long as they keep arriving (each within 250 µs of the
 // last), until it has as many or the deadline passes: the callers it just
 // released are about to come back, and a few hundred microseconds of
-// waiting buy a batch several times larger. A lone caller never waits.
+// waiting buy a batch several times larger. It also waits, up to the
+// deadline, while calls are running their tools (their agent.toolCalled
+// committed and their outcome, AppendOutcome, not yet taken): their
+// outcomes are about to arrive. A wait that times out halves that count,
+// so calls that never write an outcome stop being waited for. A lone
+// caller never waits.
 // Events of a batch are inserted with multi-row statements.
 //
 // Each caller returns once the transaction holding its items has committed

@@ -60,6 +60,9 @@ type runKey struct{ tenant, runID string }
 // it expects to grow (see commitBatch) before it commits.
 const lingerGap = 250 * time.Microsecond
 
+// maxOpen bounds writer.open.
+const maxOpen = 1 << 12
+
 // maxSeqCache bounds the per-run sequence cache; past it, the cache is
 // dropped and rebuilt from the database on demand.
 const maxSeqCache = 1 << 16
@@ -96,6 +99,7 @@ type writer struct {
 	seqs      map[runKey]int64 // next sequence per run, as committed
 	pending   map[runKey]int64 // next sequence per run, changed in the open transaction
 	prevReqs  int              // requests in the previous batch
+	open      int              // calls whose agent.toolCalled committed and whose outcome has not come yet (an estimate; see commitBatch)
 	batch     []*request       // the open transaction's requests
 	stage     stager           // events waiting for a multi-row insert
 	recs      []store.Record   // events stored in the open transaction, in pos order
@@ -324,12 +328,22 @@ func (w *writer) commitBatch(first *request) {
 		return
 	}
 	deadline := time.Now().Add(w.maxDelay)
-	items := 0
+	items, called := 0, 0
 	r := first
 take:
 	for {
 		w.batch = append(w.batch, r)
 		items += r.size()
+		switch r.kind {
+		case kindEvents:
+			for _, ev := range r.events {
+				if ev.Type == audit.TypeToolCalled {
+					called++
+				}
+			}
+		case kindOutcome:
+			w.open = max(w.open-1, 0)
+		}
 		w.apply(r)
 		if w.fatal != nil || items >= w.maxBatch || time.Now().After(deadline) {
 			break
@@ -344,10 +358,21 @@ take:
 		// had, as long as they keep coming (each within lingerGap of the
 		// last), until the deadline. A lone caller (previous batch of one)
 		// never waits.
-		if len(w.batch) >= w.prevReqs {
-			break
+		//
+		// Calls that are running a tool (their agent.toolCalled committed)
+		// will write their outcome soon: while there are such calls, wait
+		// for them up to the deadline. A wait that times out halves the
+		// estimate, so that calls that never write an outcome (a failed
+		// write, a slow tool) stop being waited for.
+		var wait time.Duration
+		switch {
+		case w.open > 0:
+			wait = time.Until(deadline)
+		case len(w.batch) < w.prevReqs:
+			wait = min(lingerGap, time.Until(deadline))
+		default:
+			break take
 		}
-		wait := min(lingerGap, time.Until(deadline))
 		if wait <= 0 {
 			break
 		}
@@ -356,6 +381,7 @@ take:
 		case r = <-w.reqs:
 			w.timer.Stop()
 		case <-w.timer.C:
+			w.open /= 2
 			break take
 		case <-w.stop:
 			w.timer.Stop()
@@ -363,6 +389,11 @@ take:
 		}
 	}
 	w.prevReqs = len(w.batch)
+	defer func() {
+		if w.fatal == nil {
+			w.open = min(w.open+called, maxOpen)
+		}
+	}()
 	if w.fatal == nil {
 		w.flush()
 	}
