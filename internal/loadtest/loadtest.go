@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,6 +40,7 @@ type Options struct {
 	Sessions []string
 	Runs     int  // repetitions of every step (medians are reported); 0: 1
 	NoDirect bool // skip the direct steps
+	GOGC     int  // GC percent Main set for the load tool's own process (clients and echo server); 0: Go's default or the environment's (reported only)
 	Payload  int  // bytes of the echoed text; 0: 64
 	// Progress receives one line per finished step; nil: none.
 	Progress io.Writer
@@ -212,8 +214,15 @@ func (rep *Report) Markdown(w io.Writer) {
 	if o.Toolgate == "" {
 		gw = "in process (gateway CPU not measured)"
 	}
-	fmt.Fprintf(w, "toolgate-load %s: %d run(s) × %s per step (warm-up %s), echo text %d bytes, gateway %s, GOMAXPROCS %d, %d CPUs, load average %s at the start, %s at the end\n\n",
-		rep.Started.Format("2006-01-02 15:04"), o.Runs, o.Duration, o.Warmup, o.Payload, gw, runtime.GOMAXPROCS(0), runtime.NumCPU(), rep.LoadAvg[0], rep.LoadAvg[1])
+	gogc := "default"
+	if env := os.Getenv("GOGC"); env != "" {
+		gogc = env
+	}
+	if o.GOGC != 0 {
+		gogc = strconv.Itoa(o.GOGC)
+	}
+	fmt.Fprintf(w, "toolgate-load %s: %d run(s) × %s per step (warm-up %s), echo text %d bytes, gateway %s, GOMAXPROCS %d, %d CPUs, load tool GOGC %s, load average %s at the start, %s at the end\n\n",
+		rep.Started.Format("2006-01-02 15:04"), o.Runs, o.Duration, o.Warmup, o.Payload, gw, runtime.GOMAXPROCS(0), runtime.NumCPU(), gogc, rep.LoadAvg[0], rep.LoadAvg[1])
 	fmt.Fprintln(w, "| target | sessions | concurrency | calls/s (median) | calls/s range | p50 | p99 | gateway CPU per call | gateway CPU (cores) | load tool CPU per call | protocol |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	rows := rep.rows()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.NoDirect, "no-direct", false, "skip the direct steps")
 	fs.StringVar(&out, "out", "", "append the Markdown report to this file")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --in-process: goroutines labelled role=gateway|client|echo)")
+	fs.IntVar(&o.GOGC, "gogc", 0, "GC percent of this process (its clients and the echo server, on both paths; 0: Go's default or GOGC from the environment); the gateway child keeps its own (toolgate serve's 400, or GOGC from the environment)")
 	fs.BoolVar(&smoke, "smoke", false, "a short check: --duration 300ms --warmup 100ms --concurrency 1,4 unless given")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,6 +89,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Duration <= 0 || o.Warmup < 0 || o.Runs < 1 || o.Payload < 1 || o.Payload >= 1000 {
 		return bad("--duration must be positive, --warmup not negative, --runs ≥ 1, --payload 1–999 (the policy allows < 1000)")
+	}
+	if o.GOGC < 0 {
+		return bad("--gogc must not be negative")
+	}
+	if o.GOGC > 0 {
+		debug.SetGCPercent(o.GOGC)
 	}
 	if inProcess && o.Toolgate != "" {
 		return bad("--in-process and --toolgate exclude each other")
