@@ -94,6 +94,9 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 const DefaultSessionTimeout = 30 * time.Minute
 
 func (g *Gateway) sessionTimeout() time.Duration {
+	if g.cfg.MCP.SessionTimeout == "" {
+		return DefaultSessionTimeout
+	}
 	if d, err := config.ParseDuration(g.cfg.MCP.SessionTimeout); err == nil {
 		return d
 	}
