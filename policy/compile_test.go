@@ -245,27 +245,3 @@ func TestCELColumnsWithoutSource(t *testing.T) {
 		t.Errorf("ParseNodeSource:\n%s\nwant:\n%s", got, want)
 	}
 }
-
-// UsesApprover finds approver: user on an enforced or an observed rule.
-func TestUsesApprover(t *testing.T) {
-	for _, tc := range []struct {
-		yaml string
-		want bool
-	}{
-		{"rules:\n  - {id: a, effect: allow, tools: ['*']}\n", false},
-		{"rules:\n  - {id: a, effect: require_approval, tools: ['*']}\n", false},
-		{"rules:\n  - {id: a, effect: require_approval, approver: user, tools: ['*']}\n", true},
-		{"rules:\n  - {id: a, effect: require_approval, approver: user, mode: observe, tools: ['*']}\n", true},
-	} {
-		spec, err := Parse("p.yaml", []byte(tc.yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := mustCompile(t, spec, Options{}).UsesApprover(ApproverUser); got != tc.want {
-			t.Errorf("%q: UsesApprover = %v, want %v", tc.yaml, got, tc.want)
-		}
-	}
-	if (*Program)(nil).UsesApprover(ApproverUser) {
-		t.Error("nil Program uses an approver")
-	}
-}

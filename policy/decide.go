@@ -615,21 +615,6 @@ func (p *Program) UsesArgs(toolID string) bool {
 	return p.lookup(toolID).usesArgs || (p.would != nil && p.would.UsesArgs(toolID))
 }
 
-// UsesApprover reports whether any rule of p (enforced or observed) is a
-// require_approval rule with approver a (e.g. ApproverUser). Safe for
-// concurrent use; a nil Program has none.
-func (p *Program) UsesApprover(a string) bool {
-	if p == nil {
-		return false
-	}
-	for _, r := range p.rules {
-		if r.approver == a {
-			return true
-		}
-	}
-	return p.would != nil && p.would.UsesApprover(a)
-}
-
 // lookup returns the rules and rate limit for toolID, from the cache when
 // possible. The cache is copy-on-write: readers never lock.
 func (p *Program) lookup(toolID string) *toolIndex {

@@ -46,14 +46,24 @@ import (
 //     with only name (a string), arguments and _meta, where _meta holds only
 //     the toolgate/* correlation keys (no progressToken: progress
 //     notifications need the SDK's response stream);
-//   - no in-band approval can be asked: the policy has no `approver: user`
-//     rule, or the client did not declare elicitation.
+//   - nothing may need the call's response stream: the client declared
+//     neither sampling nor elicitation (an upstream's sampling or
+//     elicitation request during the call, or an in-band approval, goes to
+//     the client on that stream) and did not ask for log messages
+//     (logging/setLevel).
 //
-// notifications/cancelled for a directly served call cancels it (the
-// notification still goes to the SDK, which answers it). The SDK's idle
+// notifications/cancelled for a directly served call, from the principal
+// of its session, cancels it (the notification still goes to the SDK, which
+// answers it, or refuses another principal with 403). The SDK's idle
 // session timer does not see direct calls; serveDirect keeps it running by
 // sending the SDK a ping on the session when the SDK has not seen it for a
 // quarter of the session timeout.
+
+// directCall is a directly served request in flight (g.inflight).
+type directCall struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
 
 // directKey is the g.inflight key of a directly served request.
 func directKey(sessionID string, id json.RawMessage) string {
@@ -231,15 +241,16 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	if !ok {
 		return false
 	}
-	if g.userApprover.Load() && ds.elicitor() != nil {
+	if !ds.directOK() {
 		return false
 	}
 	g.keepAlive(ds, r, sdk)
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	call := &directCall{ctx: ctx, cancel: cancel}
 	key := directKey(sid, id)
-	if _, dup := g.inflight.LoadOrStore(key, cancel); dup {
+	if _, dup := g.inflight.LoadOrStore(key, call); dup {
 		return false // a second request with an id in flight: the SDK's rules apply
 	}
 	defer g.inflight.Delete(key)
@@ -275,10 +286,18 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 var responsePool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // cancelDirect cancels the directly served call that a
-// notifications/cancelled body names on session sid, if there is one. The
-// notification then goes on to the SDK, which answers it.
-func (g *Gateway) cancelDirect(sid string, body []byte) {
+// notifications/cancelled body names on session sid, if there is one and p
+// is the session's principal. The notification then goes on to the SDK,
+// which answers it.
+func (g *Gateway) cancelDirect(sid string, p policy.Principal, body []byte) {
 	if sid == "" || !bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
+		return
+	}
+	v, ok := g.sessions.Load(sid)
+	if !ok {
+		return
+	}
+	if ds := v.(*dsession); ds.principal.Tenant != p.Tenant || ds.principal.ID != p.ID {
 		return
 	}
 	var n struct {
@@ -294,9 +313,20 @@ func (g *Gateway) cancelDirect(sid string, body []byte) {
 	if json.Compact(&compact, n.Params.RequestID) != nil {
 		return
 	}
-	if c, ok := g.inflight.Load(directKey(sid, compact.Bytes())); ok {
-		c.(context.CancelFunc)()
+	if v, ok := g.inflight.Load(directKey(sid, compact.Bytes())); ok {
+		v.(*directCall).cancel()
 	}
+}
+
+// directOK reports whether ds's client may be served directly: it declared
+// neither sampling nor elicitation and asked for no log messages.
+func (ds *dsession) directOK() bool {
+	if caps := clientCaps(ds.ss); caps != nil && (caps.Sampling != nil || caps.Elicitation != nil) {
+		return false
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.logLevel == ""
 }
 
 // touch records that the SDK served a request of ds's session now.

@@ -274,7 +274,16 @@ func TestDirectCallCancelled(t *testing.T) {
 	if mcpgw.DirectCalls(gw) != 1 {
 		t.Fatalf("%d direct calls, want 1", mcpgw.DirectCalls(gw))
 	}
-	status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c-1","reason":"user"}}`, nil)
+	cancelBody := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c-1","reason":"user"}}`
+	// Another principal cannot cancel it (the SDK refuses it the session).
+	status, _, body := postRaw(t, ctx, gwURL, otherKey, cs, cancelBody, nil)
+	if status != http.StatusForbidden {
+		t.Errorf("another principal's notifications/cancelled: %d %s, want 403", status, body)
+	}
+	if inFlight, cancelled := mcpgw.DirectCallCancelled(gw, cs.ID(), `"c-1"`); !inFlight || cancelled {
+		t.Fatalf("after another principal's cancel: in flight %v, cancelled %v", inFlight, cancelled)
+	}
+	status, _, body = postRaw(t, ctx, gwURL, key, cs, cancelBody, nil)
 	if status != http.StatusAccepted {
 		t.Errorf("notifications/cancelled: %d %s, want 202", status, body)
 	}
@@ -321,5 +330,44 @@ func TestDirectCallKeepsSessionAlive(t *testing.T) {
 	direct(t, cs, gw, "echo")
 	if n, _ := mcpgw.KeepAlives(gw); n != 1 {
 		t.Errorf("keep-alive pings %d after a fresh one, want 1", n)
+	}
+}
+
+// A client that declared sampling or elicitation, or asked for log
+// messages, is served by the SDK: what an upstream sends during the call
+// (a sampling or elicitation request, log messages) needs the call's
+// response stream.
+func TestDirectCallNeedsNoStream(t *testing.T) {
+	up := startDirectUpstream(t)
+	gwURL, key, gw := startAllowAllGatewayWith(t, up.url, "")
+	for _, tc := range []struct {
+		name  string
+		opts  *mcp.ClientOptions
+		setup func(*mcp.ClientSession) error
+	}{
+		{"sampling", &mcp.ClientOptions{CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return nil, nil
+		}}, nil},
+		{"elicitation", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, nil
+		}}, nil},
+		{"logging", nil, func(cs *mcp.ClientSession) error {
+			return cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := relayClient(t, gwURL, key, tc.opts)
+			if _, err := cs.ListTools(t.Context(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if tc.setup != nil {
+				if err := tc.setup(cs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if direct(t, cs, gw, "echo") {
+				t.Error("served directly")
+			}
+		})
 	}
 }

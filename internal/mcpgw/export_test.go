@@ -19,3 +19,13 @@ func AgeSession(g *Gateway, id string, d time.Duration) bool {
 	}
 	return ok
 }
+
+// DirectCallCancelled reports whether the direct call with JSON-RPC id (as
+// sent) on session sid is in flight and whether it was cancelled.
+func DirectCallCancelled(g *Gateway, sid, id string) (inFlight, cancelled bool) {
+	v, ok := g.inflight.Load(directKey(sid, []byte(id)))
+	if !ok {
+		return false, false
+	}
+	return true, v.(*directCall).ctx.Err() != nil
+}

@@ -120,7 +120,7 @@ type Gateway struct {
 
 	// Direct tools/call (direct.go).
 	userApprover    atomic.Bool  // the policy has an `approver: user` rule
-	inflight        sync.Map     // session id + "\x00" + JSON-RPC id → context.CancelFunc
+	inflight        sync.Map     // session id + "\x00" + JSON-RPC id → *directCall
 	directCalls     atomic.Int64 // tools/call requests served by serveDirect
 	keepalives      atomic.Int64 // pings keepAlive sent
 	keepaliveStatus atomic.Int32 // HTTP status of the last one
@@ -477,7 +477,6 @@ func (g *Gateway) rebuildLocked() error {
 	}
 	g.pipe.Swap(&pipeline.State{Catalog: snap, Policy: g.policy, Invokers: inv})
 	g.surface.Store(sf)
-	g.userApprover.Store(g.policy.UsesApprover(policy.ApproverUser))
 	return nil
 }
 

@@ -77,7 +77,7 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 				v.(*dsession).touch()
 			}
 			if r.Method == http.MethodPost {
-				g.cancelDirect(sid, body)
+				g.cancelDirect(sid, p, body)
 			}
 		}
 		if r.Header.Get("Authorization") == "" {

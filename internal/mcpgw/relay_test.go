@@ -35,6 +35,16 @@ func startAllowAllGateway(t *testing.T, upstreamURL string) (string, string) {
 	return u, key
 }
 
+// otherKey is the API key of a second principal ("other", same tenant) of
+// the allow-all gateway.
+var otherKey = func() string {
+	k, err := auth.NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 // startAllowAllGatewayWith is startAllowAllGateway with extra top-level
 // YAML (e.g. an mcp: section), returning the gateway too.
 func startAllowAllGatewayWith(t *testing.T, upstreamURL, extra string) (string, string, *mcpgw.Gateway) {
@@ -47,12 +57,13 @@ func startAllowAllGatewayWith(t *testing.T, upstreamURL, extra string) (string, 
 auth:
   api_keys:
     - {id: tester, key_sha256: %q, tenant: test}
+    - {id: other, key_sha256: %q, tenant: test}
 servers:
   - {name: up, url: %q}
 policy:
   rules:
     - {id: all, effect: allow, tools: ["*"]}
-`, auth.HashKey(key), upstreamURL) + extra
+`, auth.HashKey(key), auth.HashKey(otherKey), upstreamURL) + extra
 	cfg, err := config.Parse("toolgate.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)

@@ -333,9 +333,11 @@ func relayStreamEnd(ctx context.Context, cc *callCtx, cs *mcp.ClientSession, err
 	// go-sdk v1.8.0 has no sentinel for this error; the message is its own
 	// (streamable.go, processStream). The conformance test (scenario
 	// server-sse-polling) notices if it changes. upCaller's is
-	// errUpStreamEnded (after it tried to resume the stream).
+	// errUpResumeFailed: it resumes a closed stream itself, and a stream
+	// that simply ended without our response (no event ids: a broken
+	// upstream, not SEP-1699) is answered upstream_unavailable.
 	if cc == nil || cc.extra == nil || cc.extra.CloseSSEStream == nil ||
-		!(strings.Contains(err.Error(), "request terminated without response") || errors.Is(err, errUpStreamEnded)) {
+		!(strings.Contains(err.Error(), "request terminated without response") || errors.Is(err, errUpResumeFailed)) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingWait)

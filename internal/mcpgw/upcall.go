@@ -79,6 +79,12 @@ var (
 	// closed the response without a JSON-RPC response to our request.
 	errUpStreamEnded = errors.New("upstream stream ended without a response to tools/call")
 
+	// errUpResumeFailed is wrapped (with errUpStreamEnded) when the
+	// upstream closed a resumable stream (it had sent event ids) and
+	// resuming it with Last-Event-ID did not bring our response: the
+	// upstream ended the stream on purpose (SEP-1699) but cannot resume it.
+	errUpResumeFailed = errors.New("resuming the stream failed")
+
 	// errUpBadArgs is returned when args is not a single JSON object or null.
 	errUpBadArgs = errors.New("tools/call arguments must be a JSON object")
 )
@@ -387,12 +393,17 @@ func (st *upCall) run(ctx context.Context, resp *http.Response, sc *upScratch) (
 		// The stream ended without our response. Per §"Resumability and
 		// Redelivery" we may resume it if the server gave event ids.
 		if len(sc.evID) == 0 {
+			if st.retry > 0 {
+				// The server asked for a reconnection (SSE retry field,
+				// SEP-1699) but gave no event id to resume from.
+				return nil, &upError{Status: st.status, Err: fmt.Errorf("%w (%w: no event id)", errUpStreamEnded, errUpResumeFailed)}
+			}
 			return nil, &upError{Status: st.status, Err: errUpStreamEnded}
 		}
 		if id := string(sc.evID); id != prevID {
 			prevID, resumes = id, 0
 		} else if resumes++; resumes > upMaxResumes {
-			return nil, &upError{Status: st.status, Err: fmt.Errorf("%w (gave up resuming after %d attempts)", errUpStreamEnded, upMaxResumes)}
+			return nil, &upError{Status: st.status, Err: fmt.Errorf("%w (%w after %d attempts)", errUpStreamEnded, errUpResumeFailed, upMaxResumes)}
 		}
 		delay := st.retry
 		if delay <= 0 {
@@ -412,7 +423,7 @@ func (st *upCall) run(ctx context.Context, resp *http.Response, sc *upScratch) (
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, &upError{Err: fmt.Errorf("resuming stream: %w", err)}
+			return nil, &upError{Err: fmt.Errorf("%w: %w: %w", errUpStreamEnded, errUpResumeFailed, err)}
 		}
 	}
 }

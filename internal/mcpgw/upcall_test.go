@@ -667,6 +667,23 @@ func TestUpCallStreamEndsWithoutResponse(t *testing.T) {
 	if !errors.As(err, &ue) || !errors.Is(err, errUpStreamEnded) || !strings.Contains(err.Error(), "ended without a response") {
 		t.Fatalf("err = %v (%T)", err, err)
 	}
+	if errors.Is(err, errUpResumeFailed) {
+		t.Errorf("a stream that just ended counts as closed on purpose: %v", err)
+	}
+}
+
+// A stream closed with an SSE retry field but no event id (SEP-1699
+// without resumability) is a deliberate close that cannot be resumed.
+func TestUpCallStreamClosedForReconnect(t *testing.T) {
+	url := upFakeUpstream(t, func(w http.ResponseWriter, id string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "retry: 10\n\n")
+	})
+	c, _ := newUpCaller(nil, url, 0)
+	_, _, err := c.callTool(upCtx(t), upSession{ID: "sid-1", ProtocolVersion: "2025-11-25"}, "we\"ird\n", json.RawMessage(`{"a":[1,2]}`), map[string]any{"progressToken": 7}, upHandlers{})
+	if !errors.Is(err, errUpStreamEnded) || !errors.Is(err, errUpResumeFailed) {
+		t.Fatalf("err = %v (%T), want a failed resumption", err, err)
+	}
 }
 
 func TestUpCallHTTPErrorStatus(t *testing.T) {

@@ -184,7 +184,7 @@ func (c *conn) run() {
 			c.cs, c.cmd, c.lastErr = cs, cmd, nil
 			close(c.upCh)
 			c.mu.Unlock()
-			c.log.Info("upstream connected", "server", c.server)
+			c.log.Info("upstream connected")
 			if c.onUp != nil {
 				c.onUp(cs)
 			}
@@ -206,7 +206,7 @@ func (c *conn) run() {
 			if closed {
 				return
 			}
-			c.log.Warn("upstream session ended; reconnecting", "server", c.server, "err", werr)
+			c.log.Warn("upstream session ended; reconnecting", "err", werr)
 			if h := testHookSessionEnded.Load(); h != nil {
 				(*h)(c.server, pid)
 			}
@@ -217,7 +217,7 @@ func (c *conn) run() {
 			c.mu.Lock()
 			c.lastErr = err
 			c.mu.Unlock()
-			c.log.Warn("upstream connect failed; retrying", "server", c.server, "err", err, "backoff", backoff)
+			c.log.Warn("upstream connect failed; retrying", "err", err, "backoff", backoff)
 		}
 		t := time.NewTimer(backoff)
 		select {
