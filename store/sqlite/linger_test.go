@@ -85,3 +85,28 @@ func TestWriterLoneCallerDoesNotWait(t *testing.T) {
 		t.Fatal("a lone caller's writes waited for others")
 	}
 }
+
+// A writer of agent.toolCalled events alone (no outcomes ever) never waits
+// for outcomes: with MaxDelay an hour, appends complete one after another.
+func TestWriterEventsAloneDoNotWait(t *testing.T) {
+	s := openAt(t, tempDB(t), Options{MaxDelay: time.Hour})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for i := range 20 {
+			if err := s.AppendEvents(ctx, event(t, "acme", fmt.Sprintf("run_%d", i), 0, 0)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("appends of toolCalled events waited for outcomes")
+	}
+}

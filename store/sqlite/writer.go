@@ -100,6 +100,7 @@ type writer struct {
 	pending   map[runKey]int64 // next sequence per run, changed in the open transaction
 	prevReqs  int              // requests in the previous batch
 	open      int              // calls whose agent.toolCalled committed and whose outcome has not come yet (an estimate; see commitBatch)
+	outcomes  bool             // the previous batch held an outcome (AppendOutcome)
 	batch     []*request       // the open transaction's requests
 	stage     stager           // events waiting for a multi-row insert
 	recs      []store.Record   // events stored in the open transaction, in pos order
@@ -328,7 +329,7 @@ func (w *writer) commitBatch(first *request) {
 		return
 	}
 	deadline := time.Now().Add(w.maxDelay)
-	items, called := 0, 0
+	items, called, outcomes := 0, 0, false
 	r := first
 take:
 	for {
@@ -343,6 +344,7 @@ take:
 			}
 		case kindOutcome:
 			w.open = max(w.open-1, 0)
+			outcomes = true
 		}
 		w.apply(r)
 		if w.fatal != nil || items >= w.maxBatch || time.Now().After(deadline) {
@@ -360,13 +362,15 @@ take:
 		// never waits.
 		//
 		// Calls that are running a tool (their agent.toolCalled committed)
-		// will write their outcome soon: while there are such calls, wait
-		// for them up to the deadline. A wait that times out halves the
+		// will write their outcome soon: while there are such calls, and
+		// outcomes are being written (this batch or the previous one held
+		// one; a writer of events alone never waits for outcomes), wait for
+		// them up to the deadline. A wait that times out halves the
 		// estimate, so that calls that never write an outcome (a failed
 		// write, a slow tool) stop being waited for.
 		var wait time.Duration
 		switch {
-		case w.open > 0:
+		case w.open > 0 && (outcomes || w.outcomes):
 			wait = time.Until(deadline)
 		case len(w.batch) < w.prevReqs:
 			wait = min(lingerGap, time.Until(deadline))
@@ -388,7 +392,7 @@ take:
 			break take
 		}
 	}
-	w.prevReqs = len(w.batch)
+	w.prevReqs, w.outcomes = len(w.batch), outcomes
 	defer func() {
 		if w.fatal == nil {
 			w.open = min(w.open+called, maxOpen)
