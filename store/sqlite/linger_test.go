@@ -55,35 +55,41 @@ func TestWriterWaitsForRunningCalls(t *testing.T) {
 	}
 }
 
-// A lone caller never waits: with MaxDelay an hour, one call after another
-// (toolCalled, then its outcome) completes at once.
-func TestWriterLoneCallerDoesNotWait(t *testing.T) {
-	s := openAt(t, tempDB(t), Options{MaxDelay: time.Hour})
-	ctx := context.Background()
+// finishes runs writes on a goroutine and fails the test with what if it
+// has not returned within a minute (the writer waited out MaxDelay, an
+// hour in these tests).
+func finishes(t *testing.T, what string, writes func() error) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() {
-		for i := range 5 {
-			if err := s.AppendEvents(ctx, event(t, "acme", "run_1", 2*i, 0)); err != nil {
-				done <- err
-				return
-			}
-			ret := event(t, "acme", "run_1", 2*i+1, 0)
-			ret.Type = audit.TypeToolReturned
-			if err := s.AppendOutcome(ctx, []*audit.Event{ret}, rcpt(fmt.Sprintf("r%d", i))); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	go func() { done <- writes() }()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("a lone caller's writes waited for others")
+		t.Fatal(what)
 	}
+}
+
+// A lone caller never waits: with MaxDelay an hour, one call after another
+// (toolCalled, then its outcome) completes at once.
+func TestWriterLoneCallerDoesNotWait(t *testing.T) {
+	s := openAt(t, tempDB(t), Options{MaxDelay: time.Hour})
+	ctx := context.Background()
+	finishes(t, "a lone caller's writes waited for others", func() error {
+		for i := range 5 {
+			if err := s.AppendEvents(ctx, event(t, "acme", "run_1", 2*i, 0)); err != nil {
+				return err
+			}
+			ret := event(t, "acme", "run_1", 2*i+1, 0)
+			ret.Type = audit.TypeToolReturned
+			if err := s.AppendOutcome(ctx, []*audit.Event{ret}, rcpt(fmt.Sprintf("r%d", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // A writer of agent.toolCalled events alone (no outcomes ever) never waits
@@ -91,22 +97,12 @@ func TestWriterLoneCallerDoesNotWait(t *testing.T) {
 func TestWriterEventsAloneDoNotWait(t *testing.T) {
 	s := openAt(t, tempDB(t), Options{MaxDelay: time.Hour})
 	ctx := context.Background()
-	done := make(chan error, 1)
-	go func() {
+	finishes(t, "appends of toolCalled events waited for outcomes", func() error {
 		for i := range 20 {
 			if err := s.AppendEvents(ctx, event(t, "acme", fmt.Sprintf("run_%d", i), 0, 0)); err != nil {
-				done <- err
-				return
+				return err
 			}
 		}
-		done <- nil
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("appends of toolCalled events waited for outcomes")
-	}
+		return nil
+	})
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-// testOutcomes checks store.Outcomes (skipped for a store without it):
-// events and receipt are stored together or not at all.
+// testOutcomes checks store.Outcomes, which every store must implement (the
+// pipeline's one durable write per call outcome): events and receipt are
+// stored together or not at all.
 func testOutcomes(t *testing.T, s store.Store) {
 	o, ok := s.(store.Outcomes)
 	if !ok {
-		t.Skip("the store does not implement store.Outcomes")
+		t.Fatalf("%T does not implement store.Outcomes", s)
 	}
 	ctx := context.Background()
 	wantErr := func(err error, code errcode.Code, what string) {

@@ -49,7 +49,7 @@ const waitLimit = 60 * time.Second
 // new, empty store each time it is called (for example a fresh database in
 // t.TempDir()); the suite closes every store it gets (Close may be called
 // more than once). The backend is expected to register its own cleanup of
-// files.
+// files. The store must also implement store.Outcomes.
 func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	open := func(t *testing.T) store.Store {
 		t.Helper()
