@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -57,7 +59,8 @@ import (
 // answers it, or refuses another principal with 403). The SDK's idle
 // session timer does not see direct calls; serveDirect keeps it running by
 // sending the SDK a ping on the session when the SDK has not seen it for a
-// quarter of the session timeout.
+// quarter of the session timeout, and again every quarter while a direct call
+// runs.
 
 // directCall is a directly served request in flight (g.inflight).
 type directCall struct {
@@ -245,6 +248,21 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 		return false
 	}
 	g.keepAlive(ds, r, sdk)
+	if timeout := g.sessionTimeout(); timeout > 0 {
+		// A call longer than a quarter of the timeout keeps pinging, as
+		// the SDK's own timer pauses while it serves a request.
+		var t *time.Timer
+		var done atomic.Bool
+		t = time.AfterFunc(time.Duration(math.MaxInt64), func() {
+			if done.Load() {
+				return // the call ended (a Reset may race with Stop)
+			}
+			g.keepAlive(ds, r, sdk)
+			t.Reset(timeout / 4)
+		})
+		t.Reset(timeout / 4)
+		defer func() { done.Store(true); t.Stop() }()
+	}
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

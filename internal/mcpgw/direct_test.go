@@ -371,3 +371,91 @@ func TestDirectCallNeedsNoStream(t *testing.T) {
 		})
 	}
 }
+
+// Concurrent first calls of a new session all wait for its upstream
+// session to connect (none answers upstream_unavailable), on both paths.
+func TestConcurrentFirstCalls(t *testing.T) {
+	up := startDirectUpstream(t)
+	gwURL, key, _ := startAllowAllGatewayWith(t, up.url, "")
+	for _, meta := range []mcp.Meta{nil, {"progressToken": "p"}} {
+		cs := relayClient(t, gwURL, key, nil)
+		if _, err := cs.ListTools(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		start := make(chan struct{})
+		errs := make(chan string, n)
+		for range n {
+			go func() {
+				<-start
+				res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}, Meta: meta})
+				switch {
+				case err != nil:
+					errs <- err.Error()
+				case res.IsError:
+					b, _ := json.Marshal(res)
+					errs <- string(b)
+				default:
+					errs <- ""
+				}
+			}()
+		}
+		close(start)
+		for range n {
+			if e := <-errs; e != "" {
+				t.Errorf("meta %v: a concurrent first call failed: %s", meta, e)
+			}
+		}
+	}
+}
+
+// A direct call that runs longer than mcp.session_timeout keeps its
+// session alive (the SDK's idle timer, which it bypasses, would close it):
+// the call completes and the session still serves requests.
+func TestDirectLongCallKeepsSessionAlive(t *testing.T) {
+	up := startDirectUpstream(t)
+	gwURL, key, gw := startAllowAllGatewayWith(t, up.url, "mcp: {session_timeout: 2s}\n")
+	cs := relayClient(t, gwURL, key, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"block","arguments":{}}}`, nil)
+		done <- answer{status, body}
+	}()
+	select {
+	case <-up.started:
+	case <-ctx.Done():
+		t.Fatal("the blocking tool did not start")
+	}
+	// Five keep-alive pings at 500 ms intervals: the call has outlived the
+	// 2 s timeout.
+	for n, _ := mcpgw.KeepAlives(gw); n < 5; n, _ = mcpgw.KeepAlives(gw) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d keep-alive pings during the call", n)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, status := mcpgw.KeepAlives(gw); status != http.StatusOK {
+		t.Fatalf("keep-alive answered %d", status)
+	}
+	// End the call by cancelling it, then the session must still work.
+	if status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long"}}`, nil); status != http.StatusAccepted {
+		t.Fatalf("cancel: %d %s", status, body)
+	}
+	<-up.stopped
+	if a := <-done; a.status != http.StatusOK {
+		t.Fatalf("the long call answered %d %s", a.status, a.body)
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "still here"}}); err != nil {
+		t.Errorf("the session did not survive the long call: %v", err)
+	}
+}

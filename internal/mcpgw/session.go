@@ -34,9 +34,10 @@ type dsession struct {
 	principal policy.Principal
 
 	mu       sync.Mutex
-	conns    map[string]*conn  // per_client upstream sessions, by server
-	opened   map[string]string // server → tool-session id of tool.session.opened
-	logLevel mcp.LoggingLevel  // last logging/setLevel, replayed on new upstream sessions
+	conns    map[string]*conn         // per_client upstream sessions, by server
+	ready    map[string]chan struct{} // by server: closed once its first connection attempt is over (and tool.session.opened recorded)
+	opened   map[string]string        // server → tool-session id of tool.session.opened
+	logLevel mcp.LoggingLevel         // last logging/setLevel, replayed on new upstream sessions
 	closed   bool
 
 	closeOnce sync.Once // close: a second caller waits for the first to finish
@@ -48,12 +49,12 @@ type dsession struct {
 // it when ss ends) on first use.
 func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession {
 	if ss == nil || ss.ID() == "" {
-		return &dsession{g: g, principal: p, conns: map[string]*conn{}, opened: map[string]string{}}
+		return &dsession{g: g, principal: p, conns: map[string]*conn{}, ready: map[string]chan struct{}{}, opened: map[string]string{}}
 	}
 	if v, ok := g.sessions.Load(ss.ID()); ok {
 		return v.(*dsession)
 	}
-	ds := &dsession{g: g, id: ss.ID(), ss: ss, principal: p, conns: map[string]*conn{}, opened: map[string]string{}}
+	ds := &dsession{g: g, id: ss.ID(), ss: ss, principal: p, conns: map[string]*conn{}, ready: map[string]chan struct{}{}, opened: map[string]string{}}
 	ds.touch()
 	if v, loaded := g.sessions.LoadOrStore(ss.ID(), ds); loaded {
 		return v.(*dsession)
@@ -79,7 +80,15 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 	}
 	c, ok := ds.conns[u.name]
 	if ok {
+		// While the first connection attempt runs (another call of this
+		// session started it), wait for it: concurrent first calls must
+		// not fail, and tool.session.opened comes before their events.
+		ready := ds.ready[u.name]
 		ds.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
 		return c.session()
 	}
 	c = newConn(u.d, ds.clientOptions(u), ds.g.negotiated(ds.ss), ds.g.log.With("server", u.name, "session", ds.id), func(cs *mcp.ClientSession) {
@@ -93,7 +102,10 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 		}
 	}, ds.clientMiddleware)
 	ds.conns[u.name] = c
+	ready := make(chan struct{})
+	ds.ready[u.name] = ready
 	ds.mu.Unlock()
+	defer close(ready)
 	wctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
 	cs, err := c.waitUp(wctx)
