@@ -23,12 +23,15 @@ func newKeyCmd() *cobra.Command {
 		Long: `Make a new random API key (tg_ followed by 32 random bytes, base64url) and print it once,
 with the auth.api_keys entry to paste into the configuration: the key itself is never stored,
 only its SHA-256 (compared in constant time). Clients send the key as
-"Authorization: Bearer <key>" or "X-API-Key: <key>".`,
+"Authorization: Bearer <key>" or "X-API-Key: <key>". The id, tenant and scopes are 1-128
+characters of letters, digits and . _ : @ -.`,
 		Example: `  toolgate key --id alice --tenant acme --scope fs:read --scope web:read`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !keyID.MatchString(id) || !keyID.MatchString(tenant) {
-				return usage("--id and --tenant: 1-128 characters of letters, digits and . _ : @ -")
+			for _, f := range []struct{ name, v string }{{"--id", id}, {"--tenant", tenant}} {
+				if !keyID.MatchString(f.v) {
+					return usage("%s %q: 1-128 characters of letters, digits and . _ : @ -", f.name, f.v)
+				}
 			}
 			for _, s := range scopes {
 				if !keyID.MatchString(s) {
