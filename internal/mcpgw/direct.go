@@ -287,7 +287,11 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	buf := responsePool.Get().(*bytes.Buffer)
 	buf.Reset()
-	defer responsePool.Put(buf)
+	defer func() {
+		if buf.Cap() <= maxPooledResponse { // a huge result's buffer is not kept
+			responsePool.Put(buf)
+		}
+	}()
 	if err := json.NewEncoder(buf).Encode(&resp); err != nil {
 		resp.Result, resp.Error = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the result: " + err.Error()}
 		buf.Reset()
@@ -302,6 +306,10 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 }
 
 var responsePool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledResponse is the largest response buffer responsePool keeps
+// (bytes).
+const maxPooledResponse = 1 << 20
 
 // cancelDirect cancels the directly served call that a
 // notifications/cancelled body names on session sid, if there is one and p
