@@ -91,6 +91,9 @@ func (d *dialer) httpClient() *http.Client {
 	if d.client != nil && d.client.Transport != nil {
 		base = d.client.Transport
 	}
+	if len(d.headers) == 0 {
+		return &http.Client{Transport: base} // nothing to add: no per-request clone
+	}
 	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
 }
 
