@@ -246,6 +246,30 @@ func postWithHost(t *testing.T, ctx context.Context, url, key string, cs *mcp.Cl
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
+// rawAnswer is an HTTP status and body.
+type rawAnswer struct {
+	status int
+	body   []byte
+}
+
+// startBlockingCall posts a tools/call of up's blocking tool with JSON-RPC
+// id on cs's session, waits until the tool runs, and returns where its
+// answer will arrive.
+func startBlockingCall(t *testing.T, ctx context.Context, up *directUpstream, gwURL, key string, cs *mcp.ClientSession, id string) <-chan rawAnswer {
+	t.Helper()
+	done := make(chan rawAnswer, 1)
+	go func() {
+		status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","id":"`+id+`","method":"tools/call","params":{"name":"block","arguments":{}}}`, nil)
+		done <- rawAnswer{status, body}
+	}()
+	select {
+	case <-up.started:
+	case <-ctx.Done():
+		t.Fatal("the blocking tool did not start")
+	}
+	return done
+}
+
 // notifications/cancelled for a directly served call cancels it: the
 // upstream tool's context ends and the call answers code cancelled.
 func TestDirectCallCancelled(t *testing.T) {
@@ -257,20 +281,7 @@ func TestDirectCallCancelled(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		status int
-		body   []byte
-	}
-	done := make(chan answer, 1)
-	go func() {
-		status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"block","arguments":{}}}`, nil)
-		done <- answer{status, body}
-	}()
-	select {
-	case <-up.started:
-	case <-ctx.Done():
-		t.Fatal("the blocking tool did not start")
-	}
+	done := startBlockingCall(t, ctx, up, gwURL, key, cs, "c-1")
 	if mcpgw.DirectCalls(gw) != 1 {
 		t.Fatalf("%d direct calls, want 1", mcpgw.DirectCalls(gw))
 	}
@@ -421,20 +432,7 @@ func TestDirectLongCallKeepsSessionAlive(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		status int
-		body   []byte
-	}
-	done := make(chan answer, 1)
-	go func() {
-		status, _, body := postRaw(t, ctx, gwURL, key, cs, `{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"block","arguments":{}}}`, nil)
-		done <- answer{status, body}
-	}()
-	select {
-	case <-up.started:
-	case <-ctx.Done():
-		t.Fatal("the blocking tool did not start")
-	}
+	done := startBlockingCall(t, ctx, up, gwURL, key, cs, "long")
 	// Five keep-alive pings at 500 ms intervals: the call has outlived the
 	// 2 s timeout.
 	for n, _ := mcpgw.KeepAlives(gw); n < 5; n, _ = mcpgw.KeepAlives(gw) {
