@@ -103,6 +103,17 @@ func TestValidate(t *testing.T) {
 			t.Errorf("issue without file:line: %q", line)
 		}
 	}
+	// A backend the config format names but serve does not have is not OK.
+	for _, c := range []struct{ section, want string }{
+		{"store: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}", `store.driver "postgres": serve supports sqlite`},
+		{"ratelimit: {backend: redis, url: 'redis://127.0.0.1:6379'}", `ratelimit.backend "redis": serve supports memory`},
+	} {
+		p := writeFile(t, "backend.yaml", string(demoConfig)+"\n"+c.section+"\n")
+		code, out, errOut := run(t, "", "validate", "--config", p)
+		if code != ExitFailure || out != "" || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, "not built yet") {
+			t.Errorf("%s: code %d out %q err %q", c.section, code, out, errOut)
+		}
+	}
 	code, _, errOut = run(t, "", "validate", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
 	if code != ExitFailure || !strings.Contains(errOut, "no such file") {
 		t.Errorf("missing file: %d %q", code, errOut)

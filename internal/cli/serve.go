@@ -144,11 +144,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			cfg.Listen = listen
 		}
 	}
-	if cfg.Store.Driver != "sqlite" {
-		return failure("store.driver %q: serve supports sqlite (postgres and memory are not built yet)", cfg.Store.Driver)
-	}
-	if cfg.RateLimit.Backend != "memory" {
-		return failure("ratelimit.backend %q: serve supports memory (redis is not built yet)", cfg.RateLimit.Backend)
+	if err := servable(cfg); err != nil {
+		return err
 	}
 	key, created, err := receipt.LoadOrCreateKey(cfg.Signing.KeyFile)
 	if err != nil {

@@ -2,8 +2,12 @@
 
 package sqlite
 
-import "os"
-
 // lockStore takes no lock on systems without flock(2): Options.Exclusive
 // has no effect there (see the package doc, "Exclusive").
-func lockStore(string) (*os.File, error) { return nil, nil }
+func lockStore(string) (*storeLock, error) { return nil, nil }
+
+// storeLock is never held on these systems.
+type storeLock struct{}
+
+// Close does nothing.
+func (*storeLock) Close() {}

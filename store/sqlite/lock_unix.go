@@ -15,8 +15,10 @@ import (
 
 // lockStore takes the lock of Options.Exclusive: an exclusive, non-blocking
 // flock(2) on path + ".lock" (created 0600 if missing), then writes this
-// process's id into it. The lock is held as long as the returned file is
-// open. flock locks belong to the open file description, so a second
+// process's id into it; then the same on the database file itself (created
+// empty if missing, as SQLite would), which every name of the file shares:
+// a hard link has its own lock file but not its own inode. The lock is
+// held as long as the returned storeLock is open. flock locks belong to the open file description, so a second
 // lockStore fails even in the same process; the kernel releases the lock
 // when the descriptor is closed or the process ends. os.OpenFile opens
 // close-on-exec, so child processes never inherit the lock.
@@ -24,19 +26,13 @@ import (
 // Errors: *errcode.Error AuditUnavailable if another holder has the lock
 // (naming its pid when the lock file tells it) or the file cannot be
 // opened or locked.
-func lockStore(path string) (*os.File, error) {
+func lockStore(path string) (*storeLock, error) {
 	name := realPath(path) + ".lock"
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, store.Unavailable("open store "+path+": lock file", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := flock(f); err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, inUse(path, name, readPID(f))
@@ -51,7 +47,45 @@ func lockStore(path string) (*os.File, error) {
 	if _, err := f.WriteAt(line, 0); err == nil {
 		f.Truncate(int64(len(line)))
 	}
-	return f, nil
+	db, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		f.Close()
+		return nil, store.Unavailable("open store "+path, err)
+	}
+	if err := flock(db); err != nil {
+		db.Close()
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, errcode.Errorf(errcode.AuditUnavailable,
+				"store %s is in use by another toolgate process under another name for the same file (a hard link?)", path).
+				WithDetails(map[string]any{"lock": path})
+		}
+		return nil, store.Unavailable("open store "+path+": lock", err)
+	}
+	return &storeLock{file: f, db: db}, nil
+}
+
+// storeLock is a held lock of Options.Exclusive: the lock file and the
+// database file, each with an exclusive flock.
+type storeLock struct{ file, db *os.File }
+
+// Close releases both locks (closing the only descriptors releases the
+// flocks). nil is a no-op.
+func (l *storeLock) Close() {
+	if l != nil {
+		l.db.Close()
+		l.file.Close()
+	}
+}
+
+// flock takes an exclusive, non-blocking flock(2) on f, retrying EINTR.
+func flock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
 }
 
 // readPID returns the pid at the start of the lock file, 0 if there is

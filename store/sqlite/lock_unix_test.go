@@ -80,6 +80,20 @@ func TestExclusiveSameProcess(t *testing.T) {
 	if _, err := Open(ctx, alias, Options{Signer: signerN(1), Exclusive: true}); err == nil {
 		t.Fatal("a symbolic link to a locked store opened exclusively")
 	}
+	// So is a hard link, which has its own lock file but shares the inode;
+	// the refusal happens before anything is written through the link.
+	hard := filepath.Join(filepath.Dir(path), "hard.db")
+	if err := os.Link(path, hard); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, hard, Options{Signer: signerN(1), Exclusive: true})
+	if e := errcode.As(err); e == nil || e.Code != errcode.AuditUnavailable ||
+		!strings.Contains(e.Message, "under another name for the same file") || e.Details["lock"] != hard {
+		t.Fatalf("Exclusive Open through a hard link: %v", err)
+	}
+	if _, err := os.Stat(hard + "-wal"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Open through a hard link left %s-wal: %v", hard, err)
+	}
 	// Without Exclusive nothing is checked (the CLI beside a gateway).
 	reader := openAt(t, path, Options{Signer: signerN(1)})
 	if err := reader.Close(); err != nil {

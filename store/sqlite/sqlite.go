@@ -122,10 +122,14 @@
 // A long-running writer (toolgate serve) should open with Exclusive;
 // short-lived tools that read or update the store while it runs (the CLI's
 // read and approve commands) open without it, which neither takes nor
-// checks the lock. The lock only excludes Stores that ask for it, through
-// the same path: it is advisory, and a database reached through another
-// name (a symlink, a hard link) has another lock file. Locks on network
-// file systems are only as good as the file system's flock.
+// checks the lock. The lock only excludes Stores that ask for it: it is
+// advisory. Every name of the database counts as the same store: symbolic
+// links are resolved to find the lock file, and Open also flocks the
+// database file itself, which a hard link shares (a Store opened through
+// another name fails with "in use ... under another name for the same
+// file"; no pid is known then). SQLite's own locks are fcntl(2) locks,
+// which flock does not touch. Locks on network file systems are only as
+// good as the file system's flock.
 //
 // The lock is implemented on Linux, macOS and the BSDs (the systems with
 // flock(2)). On other systems (Windows, Solaris/illumos, AIX, Plan 9,
@@ -141,7 +145,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,7 +222,7 @@ type Store struct {
 	ckpt   *checkpointer
 	w      *writer
 	feed   *store.Feed
-	lock   *os.File // the held lock file (Options.Exclusive), nil if none
+	lock   *storeLock // the held lock (Options.Exclusive), nil if none
 
 	pruneStop chan struct{} // closed by Close to stop the retention loop
 	pruneDone chan struct{} // closed when the retention loop has returned
@@ -397,7 +400,7 @@ func (s *Store) Close() error {
 // stays.
 func (s *Store) unlock() {
 	if s.lock != nil {
-		s.lock.Close() // closing the only descriptor releases the flock
+		s.lock.Close() // closing the only descriptors releases the flocks
 		s.lock = nil
 	}
 }
