@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -442,5 +443,17 @@ func TestDemoWritesVerifiableReceipts(t *testing.T) {
 	}
 	if code, _, _ := run(t, "", "demo", "--receipts", rf); code != ExitUsage {
 		t.Fatalf("--receipts without --pubkey: %d", code)
+	}
+}
+
+// A SIGHUP reload to a file that serve would refuse at its next start
+// (a backend this build lacks) is rejected before anything is swapped: the
+// gateway and auth (nil here) are never touched, and the log says why.
+func TestReloadRefusesUnservableConfig(t *testing.T) {
+	p := writeFile(t, "reload.yaml", string(demoConfig)+"\nstore: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}\n")
+	var logs strings.Builder
+	reload(context.Background(), p, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if !strings.Contains(logs.String(), "reload failed; keeping the running configuration") || !strings.Contains(logs.String(), "not built yet") {
+		t.Fatalf("log: %s", logs.String())
 	}
 }

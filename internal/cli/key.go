@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
 )
 
 // keyID is what `key` accepts as a principal id or tenant.
@@ -23,15 +24,17 @@ func newKeyCmd() *cobra.Command {
 		Long: `Make a new random API key (tg_ followed by 32 random bytes, base64url) and print it once,
 with the auth.api_keys entry to paste into the configuration: the key itself is never stored,
 only its SHA-256 (compared in constant time). Clients send the key as
-"Authorization: Bearer <key>" or "X-API-Key: <key>". The id, tenant and scopes are 1-128
-characters of letters, digits and . _ : @ -.`,
+"Authorization: Bearer <key>" or "X-API-Key: <key>". The id is 1-64 characters of letters,
+digits and . _ -, starting with a letter or digit; the tenant and scopes are 1-128 characters of
+letters, digits and . _ : @ -.`,
 		Example: `  toolgate key --id alice --tenant acme --scope fs:read --scope web:read`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, f := range []struct{ name, v string }{{"--id", id}, {"--tenant", tenant}} {
-				if !keyID.MatchString(f.v) {
-					return usage("%s %q: 1-128 characters of letters, digits and . _ : @ -", f.name, f.v)
-				}
+			if !config.ValidIdent(id) {
+				return usage("--id %q: 1-64 characters of letters, digits and . _ -, starting with a letter or digit (the rule of auth.api_keys[].id)", id)
+			}
+			if !keyID.MatchString(tenant) {
+				return usage("--tenant %q: 1-128 characters of letters, digits and . _ : @ -", tenant)
 			}
 			for _, s := range scopes {
 				if !keyID.MatchString(s) {

@@ -41,7 +41,10 @@ func TestKey(t *testing.T) {
 	if p.ID != "alice" || p.Tenant != "acme" || strings.Join(p.Scopes, ",") != "fs:read,web:read" {
 		t.Errorf("principal %+v", p)
 	}
-	if code, _, errOut := run(t, "", "key", "--id", "bad id"); code != 2 || !strings.Contains(errOut, "--id") {
-		t.Errorf("bad --id: exit %d, %q", code, errOut)
+	// key prints only ids the config accepts (auth.api_keys[].id).
+	for _, bad := range []string{"bad id", "alice@acme.com", "_x", strings.Repeat("a", 65)} {
+		if code, _, errOut := run(t, "", "key", "--id", bad); code != 2 || !strings.Contains(errOut, "--id") || !strings.Contains(errOut, "starting with a letter or digit") {
+			t.Errorf("bad --id %q: exit %d, %q", bad, code, errOut)
+		}
 	}
 }

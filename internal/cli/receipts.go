@@ -44,7 +44,13 @@ checkpoint that anchors it).`,
 				return err
 			}
 			defer st.Close()
-			return st.ExportReceipts(cmd.Context(), cmd.OutOrStdout(), st.ChainID(), from)
+			if err := st.ExportReceipts(cmd.Context(), cmd.OutOrStdout(), st.ChainID(), from); err != nil {
+				return err
+			}
+			if err := st.ChainError(); err != nil {
+				return failure("exported only the receipts a signed checkpoint covers: %v", err)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
@@ -87,6 +93,9 @@ Exits 0 when the file verifies, 1 otherwise.`,
 					return err
 				}
 				defer st.Close()
+				if err := st.ChainError(); err != nil {
+					return failure("%s: verification FAILED: %v", cfg.Store.DSN, err)
+				}
 				var buf bytes.Buffer
 				if err := st.ExportReceipts(cmd.Context(), &buf, st.ChainID(), 0); err != nil {
 					return failure("reading receipts: %v", err)

@@ -164,6 +164,9 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		return failure("opening store %s: %v", cfg.Store.DSN, err)
 	}
 	defer st.Close()
+	if err := st.ChainError(); err != nil {
+		return failure("store %s: %v", cfg.Store.DSN, err)
+	}
 	redactor := audit.NewRedactor()
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
@@ -363,6 +366,10 @@ func reload(ctx context.Context, file string, gw *mcpgw.Gateway, authn *swapAuth
 	}
 	cfg, err := config.Load(file)
 	if err != nil {
+		log.Error("reload failed; keeping the running configuration", "file", file, "err", strings.TrimSpace(err.Error()))
+		return
+	}
+	if err := servable(cfg); err != nil { // the next start would refuse the file
 		log.Error("reload failed; keeping the running configuration", "file", file, "err", strings.TrimSpace(err.Error()))
 		return
 	}

@@ -27,7 +27,7 @@ func openStore(ctx context.Context, cfg *config.Config) (*sqlite.Store, error) {
 	if err != nil {
 		return nil, failure("signing key %s: %v", cfg.Signing.KeyFile, err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key)})
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Existing: true})
 	if err != nil {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
 	}

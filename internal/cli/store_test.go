@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -41,6 +42,21 @@ func TestStoreCommands(t *testing.T) {
 	}
 	if code, out, errOut := run(t, "", "receipts", "verify", "--config", cfgFile); code != ExitOK || !strings.Contains(out, "OK: 3 receipts") {
 		t.Fatalf("verify in place: %d %q %q", code, out, errOut)
+	}
+	// A receipt forged onto the head (hash recomputed, linked to the head)
+	// is covered by no signature: the store refuses to sign it on open, and
+	// verify, export and serve all fail on it.
+	forgeReceipt(t, r.dbFile, r.st.ChainID())
+	if code, out, errOut := run(t, "", "receipts", "verify", "--config", cfgFile); code != ExitFailure || out != "" ||
+		!strings.Contains(errOut, "verification FAILED") || !strings.Contains(errOut, "(seq 3) is not covered by a signed checkpoint") {
+		t.Fatalf("verify in place after a forgery: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := run(t, "", "receipts", "export", "--config", cfgFile); code != ExitFailure || strings.Count(out, `"receiptId"`) != 3 ||
+		!strings.Contains(errOut, "not covered by a signed checkpoint") {
+		t.Fatalf("export after a forgery: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "", "serve", "--config", cfgFile, "--listen", "127.0.0.1:0"); code != ExitFailure || !strings.Contains(errOut, "not covered by a signed checkpoint") {
+		t.Fatalf("serve after a forgery: %d %q", code, errOut)
 	}
 	os.Remove(keyFile)
 	if code, _, errOut := run(t, "", "receipts", "verify", "--config", cfgFile); code != ExitFailure || !strings.Contains(errOut, "signing key") {
@@ -101,9 +117,9 @@ func TestReceiptsPubkeyAndFrom(t *testing.T) {
 // storeRig is a gateway with one native tool (native:a.b) on a SQLite store
 // in a temporary directory, and a config file naming that store and key.
 type storeRig struct {
-	cfgFile, keyFile string
-	gw               *toolgate.Gateway
-	st               *sqlite.Store
+	cfgFile, keyFile, dbFile string
+	gw                       *toolgate.Gateway
+	st                       *sqlite.Store
 }
 
 // newStoreRig opens the rig; now, when non-nil, is the clock of the
@@ -112,7 +128,7 @@ func newStoreRig(t *testing.T, now func() time.Time) *storeRig {
 	t.Helper()
 	dir := t.TempDir()
 	db, keyFile := filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key")
-	r := &storeRig{keyFile: keyFile, cfgFile: writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")}
+	r := &storeRig{keyFile: keyFile, dbFile: db, cfgFile: writeFile(t, "c.yaml", "store: {driver: sqlite, dsn: "+db+"}\nsigning: {key_file: "+keyFile+"}\n")}
 	key, _, err := receipt.LoadOrCreateKey(keyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +148,40 @@ func newStoreRig(t *testing.T, now func() time.Time) *storeRig {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// forgeReceipt appends to the database at path, behind the store's back, a
+// receipt that links to chain's head with its hash recomputed, as someone
+// editing the file would (no key is needed for that, only for signing).
+func forgeReceipt(t *testing.T, path, chain string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var body []byte
+	if err := db.QueryRow("SELECT body FROM receipts WHERE chain_id = ? ORDER BY seq DESC LIMIT 1", chain).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	head := new(receipt.Receipt)
+	if err := head.UnmarshalJSON(body); err != nil {
+		t.Fatal(err)
+	}
+	forged := *head
+	forged.Seq, forged.PrevHash, forged.Sig = head.Seq+1, head.Hash, ""
+	forged.ReceiptID, forged.CallID, forged.Principal = "rcpt_forged", "call_forged", "mallory"
+	if forged.Hash, err = receipt.Hash(&forged); err != nil {
+		t.Fatal(err)
+	}
+	fb, err := forged.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)",
+		chain, int64(forged.Seq), forged.ReceiptID, forged.Tenant, fb); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // calls makes n calls of native:a.b in run runID ("" generates one each).

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -22,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/glob"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/store/sqlite"
 )
 
 // Config is the whole configuration file. Field docs give defaults.
@@ -583,6 +585,11 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	if !oneOf(c.Store.Driver, "sqlite", "postgres", "memory") {
 		add(at("store", "driver"), "store.driver %q: want sqlite, postgres or memory", c.Store.Driver)
 	}
+	if c.Store.Driver == "sqlite" {
+		if msg := sqlite.PathProblem(c.Store.DSN); msg != "" {
+			add(at("store", "dsn"), "store.dsn: %s", msg)
+		}
+	}
 	if c.Store.Driver == "postgres" && c.Store.DSN == "" {
 		add(at("store"), "store.dsn is required for postgres")
 	}
@@ -610,7 +617,7 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	keyIDs := map[string]bool{}
 	for i, k := range c.Auth.APIKeys {
 		if !identRe.MatchString(k.ID) {
-			add(at("auth", "api_keys", i), "auth.api_keys[%d].id %q: want 1-64 characters of [a-zA-Z0-9_.-]", i, k.ID)
+			add(at("auth", "api_keys", i), "auth.api_keys[%d].id %q: want 1-64 characters of [a-zA-Z0-9_.-], starting with a letter or digit", i, k.ID)
 		} else if keyIDs[k.ID] {
 			add(at("auth", "api_keys", i, "id"), "auth.api_keys[%d].id %q is a duplicate", i, k.ID)
 		}
@@ -750,14 +757,26 @@ func (c *Config) checkRefs(v string, n *yaml.Node, add func(*yaml.Node, string, 
 	}
 }
 
+// ValidIdent reports whether s is a valid identifier for an API key id or a
+// hook name: 1-64 characters of [a-zA-Z0-9_.-], starting with a letter or
+// digit.
+func ValidIdent(s string) bool { return identRe.MatchString(s) }
+
 func splitHostPort(s string) (string, int, error) {
-	i := strings.LastIndex(s, ":")
-	if i < 0 {
-		return "", 0, errors.New("want host:port")
+	host, portText, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, errors.New("want host:port, with an IPv6 host in brackets ([::1]:7070)")
 	}
-	port, err := strconv.Atoi(s[i+1:])
-	if err != nil || port < 0 || port > 65535 {
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 || portText[0] < '0' || portText[0] > '9' {
 		return "", 0, errors.New("port is not a number in 0-65535")
 	}
-	return s[:i], port, nil
+	if host != "" && net.ParseIP(host) == nil && (!hostnameR.MatchString(host) || strings.Trim(host, "0123456789.") == "") {
+		return "", 0, fmt.Errorf("host %q is neither an IP address nor a host name", host)
+	}
+	return host, port, nil
 }
+
+// hostnameR matches a DNS host name (RFC 1123 labels); an all-numeric one
+// must be an IP address instead.
+var hostnameR = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)

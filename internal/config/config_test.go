@@ -130,3 +130,29 @@ func TestIssuesAreCapped(t *testing.T) {
 		t.Fatalf("%d issues, last %v", len(issues), issues[len(issues)-1])
 	}
 }
+
+// A sqlite store.dsn must be a plain file path, and listen a real
+// host:port: validate must refuse what serve would refuse (or misread).
+func TestStorePathAndListen(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"store: {dsn: 'file:toolgate.db'}", "c.yaml:1:14: store.dsn: database path \"file:toolgate.db\" is a URI"},
+		{"store: {dsn: 'x.db?mode=memory'}", "contains '?'"},
+		{"store: {dsn: ':memory:'}", "is not durable"},
+		{"listen: '[::1:7074'", "want host:port"},
+		{"listen: 'a b:7074'", `host "a b" is neither`},
+		{"listen: '999.1.1.1:7074'", `host "999.1.1.1" is neither`},
+		{"listen: '127.0.0.1:+7074'", "port is not a number"},
+		{"listen: '127.0.0.1:70000'", "port is not a number"},
+	} {
+		_, err := Parse("c.yaml", []byte(c.src+"\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.src, err, c.want)
+		}
+	}
+	for _, ok := range []string{"listen: '127.0.0.1:7070'", "listen: '[::1]:0'", "listen: 'localhost:7070'", "listen: ':7070'",
+		"listen: 'gw-1.internal.example:7070'", "store: {dsn: 'data/toolgate.db'}"} {
+		if _, err := Parse("c.yaml", []byte(ok+"\n")); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -133,9 +135,12 @@ func TestReopenOtherKey(t *testing.T) {
 	}
 }
 
-// TestUncoveredHeadCheckpointedOnOpen: a database whose chain head has no
-// checkpoint (written by something else) gets one on Open.
-func TestUncoveredHeadCheckpointedOnOpen(t *testing.T) {
+// TestUncoveredHeadRefusesWrites: a database whose chain head has no
+// checkpoint was changed by something else (here: its checkpoints deleted;
+// in the field: a receipt forged onto the head). Open signs nothing, so the
+// forgery stays uncovered and verify reports it; every write is refused;
+// reads still work.
+func TestUncoveredHeadRefusesWrites(t *testing.T) {
 	path := tempDB(t)
 	ctx := context.Background()
 	s := openAt(t, path, Options{})
@@ -143,6 +148,9 @@ func TestUncoveredHeadCheckpointedOnOpen(t *testing.T) {
 		if err := s.AppendReceipt(ctx, rcpt(fmt.Sprint(i))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := s.ChainError(); err != nil {
+		t.Fatalf("ChainError of a sound store: %v", err)
 	}
 	s.Close()
 	db, err := sql.Open("sqlite", path)
@@ -154,12 +162,27 @@ func TestUncoveredHeadCheckpointedOnOpen(t *testing.T) {
 	}
 	db.Close()
 	s = openAt(t, path, Options{})
-	cps, err := s.Checkpoints(ctx, s.ChainID(), 0, 10)
-	if err != nil || len(cps) != 1 || cps[0].Seq != 2 {
-		t.Fatalf("checkpoints after open: %v, %v; want one at seq 2", cps, err)
+	wantCode(t, s.ChainError(), errcode.AuditUnavailable, "ChainError")
+	if msg := s.ChainError().Error(); !strings.Contains(msg, "seq 2") || !strings.Contains(msg, "not covered by a signed checkpoint") {
+		t.Fatalf("ChainError: %q", msg)
 	}
-	if rep := verifyExport(t, s); rep.Receipts != 3 {
-		t.Fatalf("export: %d receipts", rep.Receipts)
+	if cps, err := s.Checkpoints(ctx, s.ChainID(), 0, 10); err != nil || len(cps) != 0 {
+		t.Fatalf("checkpoints after open: %v, %v; want none (nothing signed)", cps, err)
+	}
+	err = s.AppendReceipt(ctx, rcpt("3"))
+	wantCode(t, err, errcode.AuditUnavailable, "AppendReceipt")
+	if !strings.Contains(err.Error(), "not covered by a signed checkpoint") {
+		t.Fatalf("AppendReceipt: %v", err)
+	}
+	wantCode(t, s.AppendEvents(ctx, event(t, "acme", "run_x", 0, 16)), errcode.AuditUnavailable, "AppendEvents")
+	// Reads work; the export stops at the last checkpoint, which covers
+	// nothing here.
+	var buf bytes.Buffer
+	if err := s.ExportReceipts(ctx, &buf, s.ChainID(), 0); err != nil || buf.Len() != 0 {
+		t.Fatalf("export: %v, %q", err, buf.String())
+	}
+	if rs, err := s.ReceiptsByChain(ctx, s.ChainID(), 0, 10); err != nil || len(rs) != 3 {
+		t.Fatalf("ReceiptsByChain: %d, %v", len(rs), err)
 	}
 }
 
@@ -338,4 +361,55 @@ func TestWALRestarts(t *testing.T) {
 	if after, err := walCheckpoint(ctx, s.cdb); err != nil || after > 20 {
 		t.Fatalf("after the idle restart the WAL holds %d frames (%v)", after, err)
 	}
+}
+
+// Options.Existing refuses, changing nothing, a path that is not already a
+// toolgate store; it opens one that is.
+func TestOpenExisting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	other := filepath.Join(dir, "app.db")
+	db, err := sql.Open("sqlite", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE users (id INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, []byte(strings.Repeat("not a database ", 512)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing.db"), "no such file"},
+		{empty, "the file is empty"},
+		{other, "without toolgate's tables"},
+		{garbage, "not a SQLite database"},
+		{dir, "not a regular file"},
+	} {
+		before, _ := os.ReadFile(c.path)
+		_, err := Open(ctx, c.path, Options{Signer: signerN(1), Existing: true})
+		wantCode(t, err, errcode.InvalidArgument, c.path)
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.path, err, c.want)
+		}
+		if after, _ := os.ReadFile(c.path); !bytes.Equal(before, after) {
+			t.Errorf("%s changed", c.path)
+		}
+		if _, err := os.Stat(c.path + "-wal"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s-wal exists after a refused Open: %v", c.path, err)
+		}
+	}
+	path := tempDB(t)
+	openAt(t, path, Options{}).Close()
+	s, err := Open(ctx, path, Options{Signer: signerN(1), Existing: true})
+	if err != nil {
+		t.Fatalf("Existing on a store: %v", err)
+	}
+	s.Close()
 }

@@ -52,8 +52,11 @@
 // the writer is idle. The window is zero; the price is one Ed25519
 // signature per batch (tens of µs), not per receipt. On Open, the chain
 // resumes after the last stored receipt of the signer's chain
-// (receipt.ResumeChain), and an uncovered head (from an older version) is
-// checkpointed at once.
+// (receipt.ResumeChain). A head that no stored checkpoint covers cannot come
+// from toolgate: receipts or checkpoints were changed by something else.
+// Open then signs nothing (that would vouch for them) and the store refuses
+// every write with AuditUnavailable, while reads still work so that the
+// receipts can be exported and verified; ChainError reports it.
 //
 // AppendOutcome (store.Outcomes) is one request carrying events and a
 // receipt: the writer inserts the events, then links the receipt, in the
@@ -145,6 +148,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,6 +206,12 @@ type Options struct {
 	// Now is the clock of the retention loop and of checkpoints' signedAt;
 	// nil means time.Now.
 	Now func() time.Time
+	// Existing makes Open refuse, with InvalidArgument and without
+	// changing anything, a path that does not already hold a toolgate store
+	// (a missing file, an empty one, or another program's database): for
+	// commands that only read or update a gateway's store, which must not
+	// turn some other file into one.
+	Existing bool
 	// Exclusive makes Open take an exclusive advisory lock on path +
 	// ".lock", held until Close, and fail with AuditUnavailable naming the
 	// holder's pid if another Store (of any process) holds it: one writer
@@ -223,6 +233,8 @@ type Store struct {
 	w      *writer
 	feed   *store.Feed
 	lock   *storeLock // the held lock (Options.Exclusive), nil if none
+
+	chainErr error // the writer's refusal found at Open (ChainError), nil if none
 
 	pruneStop chan struct{} // closed by Close to stop the retention loop
 	pruneDone chan struct{} // closed when the retention loop has returned
@@ -252,6 +264,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	syncMode, err := checkOptions(path, &opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Existing {
+		if err := checkExisting(ctx, path); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{path: path, signer: opts.Signer, log: opts.Logger}
 	if opts.Exclusive {
@@ -315,6 +332,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.w = w
+	if w.broken != nil {
+		s.chainErr = w.broken
+	}
 	s.ckpt = newCheckpointer(s.cdb, s.log)
 	w.ckpt = s.ckpt
 	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log, Committed: s.lastCommitted})
@@ -328,6 +348,56 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// PathProblem returns why path cannot name a Store's database file, or ""
+// if it can: it must be a plain file name, non-empty, without '?' (the
+// driver reads what follows as options), not a "file:" URI (the driver
+// would open the file the URI names, while the lock of Options.Exclusive
+// would be taken on a file literally named "file:…") and not ":memory:"
+// (no WAL, nothing durable).
+func PathProblem(path string) string {
+	switch {
+	case path == "":
+		return "the database path is empty"
+	case strings.ContainsRune(path, '?'):
+		return fmt.Sprintf("database path %q contains '?' (options are not accepted in the path)", path)
+	case strings.HasPrefix(strings.ToLower(path), "file:"):
+		return fmt.Sprintf("database path %q is a URI; give a plain file path", path)
+	case path == ":memory:":
+		return "database path \":memory:\" is not durable; give a file path"
+	}
+	return ""
+}
+
+// checkExisting implements Options.Existing: path must hold a
+// schema_migrations table, looked up on a query-only connection.
+func checkExisting(ctx context.Context, path string) error {
+	notStore := func(why string) error {
+		return errcode.Errorf(errcode.InvalidArgument, "open store %s: %s", path, why).WithDetails(map[string]any{"field": "path"})
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return notStore(err.Error())
+	case !fi.Mode().IsRegular():
+		return notStore("not a regular file")
+	case fi.Size() == 0:
+		return notStore("the file is empty, not a toolgate store")
+	}
+	db, err := sql.Open("sqlite", path+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return store.Unavailable("open store "+path, err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").Scan(&n); err != nil {
+		return notStore("not a SQLite database: " + err.Error())
+	}
+	if n == 0 {
+		return notStore("a SQLite database without toolgate's tables (not a toolgate store)")
+	}
+	return nil
+}
+
 // checkOptions validates opts, fills defaults and returns the synchronous
 // pragma value.
 func checkOptions(path string, opts *Options) (string, error) {
@@ -338,8 +408,8 @@ func checkOptions(path string, opts *Options) (string, error) {
 	if opts.Signer == nil {
 		return bad("signer", "a signer is required")
 	}
-	if path == "" || strings.ContainsRune(path, '?') {
-		return bad("path", "path %q is empty or contains '?'", path)
+	if msg := PathProblem(path); msg != "" {
+		return bad("path", "%s", msg)
 	}
 	mode := ""
 	switch strings.ToLower(opts.Synchronous) {
@@ -450,6 +520,13 @@ func (s *Store) readable(ctx context.Context, op string) error {
 	}
 	return nil
 }
+
+// ChainError returns the AuditUnavailable error that makes this store
+// refuse every write since Open, or nil: the stored receipt chain's head is
+// not covered by a signed checkpoint (see the package doc, "Receipts and
+// checkpoints"). toolgate serve refuses to start on such a store. Safe for
+// concurrent use.
+func (s *Store) ChainError() error { return s.chainErr }
 
 // ChainID implements store.Receipts.ChainID.
 func (s *Store) ChainID() string { return s.signer.KeyID() }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,18 +195,21 @@ func (w *writer) resume(ctx context.Context) error {
 	if covered.Valid && uint64(covered.Int64) >= head.Seq {
 		return nil
 	}
-	cp, ok := chain.Checkpoint()
-	if !ok {
-		return nil
+	// Every batch that links receipts stores its checkpoint in the same
+	// transaction, so toolgate never leaves a head uncovered: receipts (or
+	// checkpoints) were changed by something else. Signing the head now
+	// would vouch for them, and so would every later checkpoint of a chain
+	// extended from it; refuse every write instead, and let reads (export,
+	// verify) show what is there.
+	highest := "none"
+	if covered.Valid {
+		highest = "seq " + strconv.FormatInt(covered.Int64, 10)
 	}
-	cpBody, err := cp.MarshalJSON()
-	if err != nil {
-		return errcode.Wrap(errcode.Internal, err, "open store: encode checkpoint")
-	}
-	if _, err := w.st.insertCheckpoint.ExecContext(ctx, cp.ChainID, int64(cp.Seq), cpBody); err != nil {
-		return store.Unavailable("open store: store checkpoint", err)
-	}
-	w.log.Info("store: checkpointed an uncovered chain head", "chain", cp.ChainID, "seq", cp.Seq)
+	w.broken = errcode.Errorf(errcode.AuditUnavailable,
+		"receipt chain %s: the stored head (seq %d) is not covered by a signed checkpoint (highest: %s): receipts or checkpoints were changed outside toolgate; "+
+			"run `toolgate receipts verify` and restore the database from a backup; every write is refused", w.signer.KeyID(), head.Seq, highest).
+		WithDetails(map[string]any{"chainId": w.signer.KeyID(), "seq": head.Seq})
+	w.log.Error("store: refusing writes", "err", w.broken)
 	return nil
 }
 
