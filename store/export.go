@@ -117,7 +117,7 @@ func Export(ctx context.Context, src ReceiptReader, w io.Writer, chainID string,
 		}
 		for _, r := range page {
 			if r.Seq != next {
-				return errcode.Errorf(errcode.Internal, "export receipts: chain %s: read seq %d, want %d", chainID, r.Seq, next)
+				return errcode.Errorf(errcode.Internal, "export receipts: chain %s: receipt seq %d is missing from the store (the next stored one is seq %d): the store was changed outside toolgate", chainID, next, r.Seq)
 			}
 			if err := rw.WriteReceipt(r); err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/receipt"
 )
 
@@ -98,6 +99,9 @@ Exits 0 when the file verifies, 1 otherwise.`,
 				}
 				var buf bytes.Buffer
 				if err := st.ExportReceipts(cmd.Context(), &buf, st.ChainID(), 0); err != nil {
+					if e := errcode.As(err); e != nil && e.Code == errcode.Internal { // a gap or a dangling checkpoint: tampering
+						return failure("%s: verification FAILED: %s", cfg.Store.DSN, e.Message)
+					}
 					return failure("reading receipts: %v", err)
 				}
 				return verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut, 0)
