@@ -377,6 +377,18 @@ func TestOpenExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
+	// Another tool's migrations table, with toolgate's table names even.
+	migrated := filepath.Join(dir, "migrated.db")
+	if db, err = sql.Open("sqlite", migrated); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"CREATE TABLE schema_migrations (version TEXT PRIMARY KEY)", "INSERT INTO schema_migrations VALUES ('20240101120000')",
+		"CREATE TABLE events (x)", "CREATE TABLE receipts (x)", "CREATE TABLE checkpoints (x)", "CREATE TABLE approvals (x)", "CREATE TABLE sessions (x)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
 	empty := filepath.Join(dir, "empty.db")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -389,6 +401,7 @@ func TestOpenExisting(t *testing.T) {
 		{filepath.Join(dir, "missing.db"), "no such file"},
 		{empty, "the file is empty"},
 		{other, "without toolgate's tables"},
+		{migrated, "schema_migrations is not toolgate's"},
 		{garbage, "not a SQLite database"},
 		{dir, "not a regular file"},
 	} {

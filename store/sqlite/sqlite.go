@@ -368,8 +368,8 @@ func PathProblem(path string) string {
 	return ""
 }
 
-// checkExisting implements Options.Existing: path must hold a
-// schema_migrations table, looked up on a query-only connection.
+// checkExisting implements Options.Existing: path must hold toolgate's
+// tables, looked up on a query-only connection.
 func checkExisting(ctx context.Context, path string) error {
 	notStore := func(why string) error {
 		return errcode.Errorf(errcode.InvalidArgument, "open store %s: %s", path, why).WithDetails(map[string]any{"field": "path"})
@@ -388,12 +388,18 @@ func checkExisting(ctx context.Context, path string) error {
 		return store.Unavailable("open store "+path, err)
 	}
 	defer db.Close()
+	// Other tools keep a schema_migrations table too: look for all of
+	// toolgate's own tables, and for the columns of its schema_migrations.
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'
+		AND name IN ('schema_migrations', 'events', 'receipts', 'checkpoints', 'approvals', 'sessions')`).Scan(&n); err != nil {
 		return notStore("not a SQLite database: " + err.Error())
 	}
-	if n == 0 {
+	if n != 6 {
 		return notStore("a SQLite database without toolgate's tables (not a toolgate store)")
+	}
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pragma_table_info('schema_migrations') WHERE name IN ('version', 'name', 'applied_at')").Scan(&n); err != nil || n != 3 {
+		return notStore("a SQLite database whose schema_migrations is not toolgate's (not a toolgate store)")
 	}
 	return nil
 }
