@@ -387,6 +387,23 @@ func TestE2EBatchRejected(t *testing.T) {
 		t.Errorf("a batch's tools/call reached the upstream %d times", n)
 	}
 
+	// A body that is not JSON, or JSON but not a message object, gets a
+	// JSON-RPC error too (-32700 / -32600), not the SDK's text/plain.
+	for _, c := range []struct {
+		body string
+		code int
+	}{{`{"jsonrpc":"2.0",`, -32700}, {`garbage`, -32700}, {``, -32700}, {`42`, -32600}, {`"x"`, -32600}, {`null`, -32600}} {
+		status, h, body := postMCP(t, e, keyAlice, c.body, nil)
+		var msg struct {
+			Error struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if status != http.StatusBadRequest || h.Get("Content-Type") != "application/json" || json.Unmarshal(body, &msg) != nil || msg.Error.Code != c.code {
+			t.Errorf("body %q: %d %q %s, want 400 with JSON-RPC error %d", c.body, status, h.Get("Content-Type"), body, c.code)
+		}
+	}
+
 	// A body over mcp.max_body_bytes (default 4 MiB) gets 413.
 	big := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 4<<20) + `"}}`
 	if status, _, body := postMCP(t, e, keyAlice, big, nil); status != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "-32600") {

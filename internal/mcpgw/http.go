@@ -3,6 +3,7 @@ package mcpgw
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ import (
 //  3. A plain tools/call on an established session is answered directly
 //     (serveDirect, direct.go: same handler, JSON response, no SDK
 //     transport hop).
-//  4. The go-sdk Streamable HTTP handler serves the rest, with the principal as
+//  4. A POST body that is not JSON answers 400 with JSON-RPC error -32700,
+//     one that is JSON but not an object 400 with -32600 (JSON-RPC 2.0 §5.1).
+//  5. The go-sdk Streamable HTTP handler serves the rest, with the principal as
 //     the session's user: a session is bound to the principal that opened
 //     it (a request of another principal gets 403).
 func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
@@ -78,6 +81,17 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			}
 			if r.Method == http.MethodPost {
 				g.cancelDirect(sid, p, body)
+			}
+		}
+		if r.Method == http.MethodPost {
+			// The go-sdk answers a body it cannot parse with a text/plain
+			// 400; JSON-RPC 2.0 §5.1 has codes for both cases.
+			if t := bytes.TrimSpace(body); !json.Valid(t) {
+				jsonRPCError(w, http.StatusBadRequest, -32700, "parse error: the request body is not valid JSON")
+				return
+			} else if t[0] != '{' {
+				jsonRPCError(w, http.StatusBadRequest, -32600, "invalid request: the body must be a JSON-RPC message (a JSON object)")
+				return
 			}
 		}
 		if r.Header.Get("Authorization") == "" {
