@@ -104,6 +104,13 @@ func TestValidate(t *testing.T) {
 			t.Errorf("issue without file:line: %q", line)
 		}
 	}
+	// A credential this environment cannot read is a warning, not an issue
+	// (serve reads its own environment).
+	credCfg := writeFile(t, "cred.yaml", string(demoConfig)+"\ncredentials: {hs: {env: TOOLGATE_TEST_UNSET_VAR}}\n")
+	code, out, errOut = run(t, "", "validate", "--config", credCfg)
+	if code != ExitOK || !strings.Contains(out, "OK") || !strings.Contains(errOut, "warning: credential hs: environment variable TOOLGATE_TEST_UNSET_VAR is not set") {
+		t.Errorf("unset credential: %d %q %q", code, out, errOut)
+	}
 	// A backend the config format names but serve does not have is not OK.
 	for _, c := range []struct{ section, want string }{
 		{"store: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}", `store.driver "postgres": serve supports sqlite`},

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/spf13/cobra"
 
@@ -27,6 +28,19 @@ as file:line:col: message. Exits 0 when the file is valid, 1 otherwise.`,
 			}
 			if err := servable(cfg); err != nil {
 				return err
+			}
+			// Credentials are read from serve's own environment and files
+			// (hook secrets at start, upstream credentials at connect), which
+			// may not be this one: what cannot be read here is a warning.
+			names := make([]string, 0, len(cfg.Credentials))
+			for name := range cfg.Credentials {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			for _, name := range names {
+				if _, err := cfg.Credentials[name].Resolve(name); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v (not readable here; serve needs it in its own environment)\n", err)
+				}
 			}
 			pol := "no policy: every call is denied"
 			if cfg.Policy != nil {
