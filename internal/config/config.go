@@ -376,7 +376,14 @@ func friendly(msg string) string {
 		if got == "" {
 			got = sm[1]
 		}
-		if v := strings.Trim(strings.TrimSpace(sm[2]), "`"); v != "" {
+		v := strings.Trim(strings.TrimSpace(sm[2]), "`")
+		if want == "a number" && got == "a number" {
+			if sm[1] == "float" && (strings.HasPrefix(sm[3], "int") || strings.HasPrefix(sm[3], "uint")) {
+				return fmt.Sprintf("want a whole number within range, got %s", v)
+			}
+			return fmt.Sprintf("number %s is out of range", v)
+		}
+		if v != "" {
 			got += fmt.Sprintf(" (%s)", v)
 		}
 		return fmt.Sprintf("wrong type: want %s, got %s", want, got)

@@ -156,3 +156,11 @@ func TestStorePathAndListen(t *testing.T) {
 		}
 	}
 }
+
+// A number the field cannot hold says so (not "want a number, got a number").
+func TestNumberOutOfRange(t *testing.T) {
+	_, err := Parse("c.yaml", []byte("mcp: {max_body_bytes: 99999999999999999999}\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:23: want a whole number within range, got 9999999") {
+		t.Fatalf("err = %v", err)
+	}
+}
