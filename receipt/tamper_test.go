@@ -405,6 +405,17 @@ func TestTamperStructure(t *testing.T) {
 		_, err := verifyBytes(joinFile(tampered), pub, VerifyOptions{})
 		wantVerifyError(t, err, KindLine, 0, 3, ReasonMalformed)
 	})
+
+	t.Run("not an object", func(t *testing.T) {
+		for _, bad := range []string{"null", "[]", "42", `"receipt"`, " {}"} {
+			tampered := slices.Insert(slices.Clone(lines), 0, []byte(bad))
+			_, err := verifyBytes(joinFile(tampered), pub, VerifyOptions{})
+			ve := wantVerifyError(t, err, KindLine, 0, 1, ReasonMalformed)
+			if !strings.Contains(ve.Detail, "not a JSON object") {
+				t.Errorf("%q: %v", bad, ve)
+			}
+		}
+	})
 }
 
 // TestEscapeCaseFlip: the only one-byte change that keeps a string's value

@@ -236,6 +236,8 @@ func (v *verifier) run() (*VerifyError, error) {
 		switch {
 		case len(line) == 0:
 			verr = v.lineErr("empty line")
+		case line[0] != '{':
+			verr = v.lineErr("not a JSON object (a receipt or a checkpoint)")
 		case bytes.HasPrefix(line, checkpointPrefix):
 			verr = v.checkpointLine(line)
 		default:
