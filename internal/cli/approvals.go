@@ -62,6 +62,9 @@ that gave up (approval_required) succeeds when retried with the same arguments, 
 			if err != nil {
 				return failure("%v", err)
 			}
+			if len(as) == 0 && !cmd.Flags().Changed("tenant") {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no pending approvals for the empty tenant; approvals are kept per tenant: pass --tenant T")
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, a := range as {

@@ -37,6 +37,13 @@ func TestApprovalsCommands(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "apr_one") || !strings.Contains(out, "mcp:fs.write_file") {
 		t.Fatalf("list: %d %q %q", code, out, errOut)
 	}
+	if errOut != "" {
+		t.Errorf("list --tenant acme wrote to stderr: %q", errOut)
+	}
+	// Without --tenant the empty tenant is listed; an empty answer says so.
+	if code, out, errOut := run(t, "", "approvals", "list", "--config", cfgFile); code != ExitOK || strings.Contains(out, "apr_one") || !strings.Contains(errOut, "pass --tenant") {
+		t.Fatalf("list without --tenant: %d %q %q", code, out, errOut)
+	}
 	if code, out, errOut := run(t, "", "approvals", "approve", "apr_one", "--config", cfgFile, "--tenant", "acme", "--as", "bob"); code != ExitOK || !strings.HasPrefix(out, "approved apr_one") {
 		t.Fatalf("approve: %d %q %q", code, out, errOut)
 	}
