@@ -77,8 +77,17 @@ func Export(ctx context.Context, src ReceiptReader, w io.Writer, chainID string,
 		return err
 	}
 	if len(first) == 1 && first[0].Seq > fromSeq {
-		// Pruned up to first-1: open with the anchor checkpoint.
+		// Pruned up to first-1: open with the anchor checkpoint. A prune
+		// deletes the checkpoints older than its anchor together with
+		// their receipts (Pruner), so one that remains below the anchor
+		// means receipts were deleted by something else.
 		at := first[0].Seq - 1
+		if older, err := src.Checkpoints(ctx, chainID, fromSeq, 1); err != nil {
+			return err
+		} else if len(older) == 1 && older[0].Seq < at {
+			return errcode.Errorf(errcode.Internal, "export receipts: chain %s: receipts %d to %d are missing from the store while checkpoint %d remains (a prune removes both): the store was changed outside toolgate",
+				chainID, fromSeq, at, older[0].Seq)
+		}
 		anchor, err := src.Checkpoints(ctx, chainID, at, 1)
 		if err != nil {
 			return err

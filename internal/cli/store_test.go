@@ -212,4 +212,17 @@ func TestVerifyInPlaceReportsGap(t *testing.T) {
 	if code != ExitFailure || out != "" || !strings.Contains(errOut, "verification FAILED") || !strings.Contains(errOut, "receipt seq 1 is missing") {
 		t.Fatalf("verify with a gap: %d %q %q", code, out, errOut)
 	}
+	// The start of the chain deleted looks like a prune, except that a
+	// prune also deletes the checkpoints below its anchor.
+	if db, err = sql.Open("sqlite", r.dbFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM receipts WHERE seq = 0"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	code, out, errOut = run(t, "", "receipts", "verify", "--config", r.cfgFile)
+	if code != ExitFailure || out != "" || !strings.Contains(errOut, "receipts 0 to 1 are missing from the store while checkpoint 0 remains") {
+		t.Fatalf("verify with the start deleted: %d %q %q", code, out, errOut)
+	}
 }
