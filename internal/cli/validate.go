@@ -18,7 +18,10 @@ func newValidateCmd() *cobra.Command {
 		Short: "Check a configuration file and report every issue with file:line",
 		Long: `Decode the configuration strictly (an unknown key is an error), validate every section and
 compile the policy (CEL conditions type-checked). All issues are reported at once, one per line
-as file:line:col: message. Exits 0 when the file is valid, 1 otherwise.`,
+as file:line:col: message. A backend the config format names but this build's serve lacks
+(store.driver postgres or memory, ratelimit.backend redis) is an issue too. Credentials that this
+environment cannot read are warnings (serve reads its own environment). Exits 0 when the file is
+valid, 1 otherwise.`,
 		Example: `  toolgate validate --config toolgate.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
