@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -462,5 +463,24 @@ func TestReloadRefusesUnservableConfig(t *testing.T) {
 	reload(context.Background(), p, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if !strings.Contains(logs.String(), "reload failed; keeping the running configuration") || !strings.Contains(logs.String(), "not built yet") {
 		t.Fatalf("log: %s", logs.String())
+	}
+}
+
+// serve listens before it creates anything: a busy address leaves the
+// working directory as it was (no key, store or files dir).
+func TestServeBusyAddressCreatesNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	code, _, errOut := run(t, "", "serve", "--listen", busy.Addr().String())
+	if code != ExitFailure || !strings.Contains(errOut, "listen "+busy.Addr().String()) {
+		t.Fatalf("serve on a busy address: %d %q", code, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("serve on a busy address left %v", entries)
 	}
 }

@@ -128,13 +128,6 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		if err != nil {
 			return failure("quick start config: %v", err)
 		}
-		if err := os.MkdirAll(filesDir, 0o755); err != nil {
-			return failure("files dir: %v", err)
-		}
-		hello := filepath.Join(filesDir, "hello.txt")
-		if _, err := os.Stat(hello); errors.Is(err, os.ErrNotExist) {
-			os.WriteFile(hello, []byte("Hello from toolgate.\n"), 0o644)
-		}
 	} else {
 		var err error
 		if cfg, err = loadConfig(file); err != nil {
@@ -146,6 +139,27 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	if err := servable(cfg); err != nil {
 		return err
+	}
+	// Listen before creating anything (key, store, files), so that a busy
+	// or bad address leaves the directory as it was.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return failure("listen %s: %v", cfg.Listen, err)
+	}
+	serving := false
+	defer func() {
+		if !serving {
+			ln.Close()
+		}
+	}()
+	if quick {
+		if err := os.MkdirAll(filesDir, 0o755); err != nil {
+			return failure("files dir: %v", err)
+		}
+		hello := filepath.Join(filesDir, "hello.txt")
+		if _, err := os.Stat(hello); errors.Is(err, os.ErrNotExist) {
+			os.WriteFile(hello, []byte("Hello from toolgate.\n"), 0o644)
+		}
 	}
 	key, created, err := receipt.LoadOrCreateKey(cfg.Signing.KeyFile)
 	if err != nil {
@@ -247,11 +261,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		}
 		io.WriteString(w, "ready\n")
 	})
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return failure("listen %s: %v", cfg.Listen, err)
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serving = true                    // srv.Serve closes ln
 	srv.RegisterOnShutdown(api.Close) // end SSE streams so Shutdown need not wait for them
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
