@@ -235,6 +235,9 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	if ds.principal.Tenant != p.Tenant || ds.principal.ID != p.ID {
 		return false // the SDK answers 403
 	}
+	if ds.closing.Load() {
+		return false // terminated: the SDK answers 404
+	}
 	pv := r.Header.Get("Mcp-Protocol-Version")
 	if pv == "" || !slices.Contains(g.protocols, pv) || !isJSONContent(r.Header.Get("Content-Type")) ||
 		!acceptsBoth(r.Header.Values("Accept")) || !hostAllowed(r) {
@@ -247,6 +250,16 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	if !ds.directOK() {
 		return false
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	call := &directCall{ctx: ctx, cancel: cancel}
+	key := directKey(sid, id)
+	if _, dup := g.inflight.LoadOrStore(key, call); dup {
+		return false // a second request with an id in flight: the SDK's rules apply
+	}
+	defer g.inflight.Delete(key)
+	// In flight before the keep-alive ping, so that a cancellation sent
+	// meanwhile finds the call.
 	g.keepAlive(ds, r, sdk)
 	if timeout := g.sessionTimeout(); timeout > 0 {
 		// A call longer than a quarter of the timeout keeps pinging, as
@@ -264,14 +277,6 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 		defer func() { done.Store(true); t.Stop() }()
 	}
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	call := &directCall{ctx: ctx, cancel: cancel}
-	key := directKey(sid, id)
-	if _, dup := g.inflight.LoadOrStore(key, call); dup {
-		return false // a second request with an id in flight: the SDK's rules apply
-	}
-	defer g.inflight.Delete(key)
 	g.directCalls.Add(1)
 
 	resp := rpcResponse{JSONRPC: "2.0", ID: id}

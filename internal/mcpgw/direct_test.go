@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -455,5 +459,81 @@ func TestDirectLongCallKeepsSessionAlive(t *testing.T) {
 	}
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "still here"}}); err != nil {
 		t.Errorf("the session did not survive the long call: %v", err)
+	}
+}
+
+// A session the client terminated (DELETE) answers 404 on the direct path
+// at once, as on the SDK path, even while its upstream sessions are still
+// closing (here: an upstream whose DELETE is held until the end).
+func TestDirectCallOnTerminatedSession(t *testing.T) {
+	up := startDirectUpstream(t)
+	release := make(chan struct{})
+	target, _ := url.Parse(up.url)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	gwURL, key, gw := startAllowAllGatewayWith(t, slow.URL, "")
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the gateway's own cleanup closes its sessions
+	cs := relayClient(t, gwURL, key, nil)
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !direct(t, cs, gw, "echo") {
+		t.Fatal("not served directly")
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, gwURL, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	before := mcpgw.DirectCalls(gw)
+	status, _, body := postRaw(t, t.Context(), gwURL, key, cs, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`, nil)
+	if status != http.StatusNotFound {
+		t.Fatalf("tools/call on a terminated session: %d %s, want 404", status, body)
+	}
+	if after := mcpgw.DirectCalls(gw); after != before {
+		t.Fatalf("the direct path served a terminated session")
+	}
+	unblock()
+}
+
+// Requests the SDK does not count as activity (here a POST the gateway
+// refuses as malformed) do not stand in for the keep-alive ping.
+func TestKeepAliveIgnoresRefusedRequests(t *testing.T) {
+	up := startDirectUpstream(t)
+	gwURL, key, gw := startAllowAllGatewayWith(t, up.url, "mcp: {session_timeout: 1h}\n")
+	cs := relayClient(t, gwURL, key, nil)
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !mcpgw.AgeSession(gw, cs.ID(), 20*time.Minute) {
+		t.Fatal("session not known")
+	}
+	if status, _, body := postRaw(t, t.Context(), gwURL, key, cs, `{"jsonrpc":`, nil); status != http.StatusBadRequest {
+		t.Fatalf("malformed POST: %d %s", status, body)
+	}
+	if !direct(t, cs, gw, "echo") {
+		t.Fatal("not served directly")
+	}
+	if n, status := mcpgw.KeepAlives(gw); n != 1 || status != http.StatusOK {
+		t.Errorf("keep-alive pings %d (last status %d), want 1: the refused POST is not activity", n, status)
 	}
 }

@@ -854,7 +854,17 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 				meta = map[string]any{"progressToken": cc.progress}
 			}
 			var h upHandlers
-			if ds != nil && ds.ss != nil && u.cfg.Sessions != "shared" {
+			switch {
+			case u.cfg.Sessions == "shared":
+				// As sharedClientOptions: a tool list change announced on
+				// the call's stream refreshes the catalog; the rest has no
+				// one client to go to.
+				h.OnNotification = func(_ context.Context, method string, _ json.RawMessage) {
+					if method == "notifications/tools/list_changed" {
+						go g.refreshTools(u, cs)
+					}
+				}
+			case ds != nil && ds.ss != nil:
 				h = ds.upHandlers()
 			}
 			res, _, err = u.caller.callTool(ctx, upSessionOf(cs), name, args, meta, h)

@@ -75,9 +75,19 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 		if r.Method == http.MethodPost && g.serveDirect(w, r, body, p, inner) {
 			return
 		}
+		var touch *dsession // the session whose SDK idle timer this POST restarts, if it succeeds
 		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
 			if v, ok := g.sessions.Load(sid); ok {
-				v.(*dsession).touch()
+				ds := v.(*dsession)
+				same := ds.principal.Tenant == p.Tenant && ds.principal.ID == p.ID
+				switch {
+				case r.Method == http.MethodPost && same:
+					touch = ds
+				case r.Method == http.MethodDelete && same:
+					// The SDK terminates the session: from now on the direct
+					// path leaves its requests to the SDK (404).
+					ds.closing.Store(true)
+				}
 			}
 			if r.Method == http.MethodPost {
 				g.cancelDirect(sid, p, body)
@@ -99,9 +109,48 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			// carries the principal (the verifier above ignores the token).
 			r.Header.Set("Authorization", "Bearer x-api-key")
 		}
-		inner.ServeHTTP(w, r)
+		if touch == nil {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		// The SDK restarts a session's idle timer when a POST of it ends
+		// (keepAlive relies on knowing when); only a POST it accepted counts.
+		sw := &statusWriter{ResponseWriter: w}
+		inner.ServeHTTP(sw, r)
+		if sw.status == 0 || sw.status/100 == 2 {
+			touch.touch()
+		}
 	})
 }
+
+// statusWriter records the status of a response it passes through. It keeps
+// http.Flusher (SSE responses) and unwraps for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // DefaultSessionTimeout closes an MCP session (and its upstream sessions)
 // after this long without a request (config mcp.session_timeout).

@@ -2,6 +2,7 @@ package mcpgw_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -49,6 +50,16 @@ var otherKey = func() string {
 // YAML (e.g. an mcp: section), returning the gateway too.
 func startAllowAllGatewayWith(t *testing.T, upstreamURL, extra string) (string, string, *mcpgw.Gateway) {
 	t.Helper()
+	return startAllowAllGatewaySessions(t, upstreamURL, "", extra)
+}
+
+// startAllowAllGatewaySessions is startAllowAllGatewayWith with the
+// upstream's sessions mode ("" for the default).
+func startAllowAllGatewaySessions(t *testing.T, upstreamURL, sessions, extra string) (string, string, *mcpgw.Gateway) {
+	t.Helper()
+	if sessions != "" {
+		sessions = ", sessions: " + sessions
+	}
 	key, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
@@ -59,11 +70,11 @@ auth:
     - {id: tester, key_sha256: %q, tenant: test}
     - {id: other, key_sha256: %q, tenant: test}
 servers:
-  - {name: up, url: %q}
+  - {name: up, url: %q%s}
 policy:
   rules:
     - {id: all, effect: allow, tools: ["*"]}
-`, auth.HashKey(key), auth.HashKey(otherKey), upstreamURL) + extra
+`, auth.HashKey(key), auth.HashKey(otherKey), upstreamURL, sessions) + extra
 	cfg, err := config.Parse("toolgate.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -280,5 +291,63 @@ func TestUpstreamSpeaksClientProtocol(t *testing.T) {
 			t.Errorf("a %s client's upstream session speaks %s", version, got)
 		}
 		cs.Close()
+	}
+}
+
+// With sessions: shared, a notifications/tools/list_changed that the
+// upstream sends on a tools/call's response stream refreshes the catalog,
+// as the SDK client's handler does on the SDK path (here the upstream
+// answers GET with 405, so the call stream is its only channel).
+func TestSharedCallStreamListChanged(t *testing.T) {
+	var lists atomic.Int32
+	relisted := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Mcp-Session-Id", "sid-shared")
+		reply := func(result string) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, result)
+		}
+		tool := `{"name":"a","inputSchema":{"type":"object"}}`
+		switch req.Method {
+		case "initialize":
+			reply(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"fake","version":"1"}}`)
+		case "tools/list":
+			if lists.Add(1) == 2 {
+				defer close(relisted)
+			}
+			if lists.Load() > 1 {
+				tool += `,{"name":"b","inputSchema":{"type":"object"}}`
+			}
+			reply(`{"tools":[` + tool + `]}`)
+		case "tools/call":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"+
+				"data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n", req.ID)
+		case "":
+			w.WriteHeader(http.StatusAccepted) // a notification or a response
+		default:
+			reply(`{}`)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	gwURL, key, _ := startAllowAllGatewaySessions(t, hs.URL, "shared", "")
+	cs := relayClient(t, gwURL, key, nil)
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "a"})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	select {
+	case <-relisted:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no tools/list after the call stream's list_changed (%d lists)", lists.Load())
 	}
 }

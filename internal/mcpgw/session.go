@@ -43,6 +43,7 @@ type dsession struct {
 	closeOnce sync.Once // close: a second caller waits for the first to finish
 
 	sdkSeen atomic.Int64 // when the SDK last served a request of the session (Unix ns; direct.go)
+	closing atomic.Bool  // the session is terminated or ending: the direct path leaves its requests to the SDK (404)
 }
 
 // dsession returns the state of ss, creating it (and a watcher that closes
@@ -61,6 +62,7 @@ func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession 
 	}
 	go func() {
 		ss.Wait()
+		ds.closing.Store(true)
 		// Closed before it leaves g.sessions, so that Gateway.Close waits
 		// for it.
 		ds.close(audit.SessionCompleted)
@@ -415,6 +417,7 @@ func (ds *dsession) sessionOpened(server string) {
 // gateway's Close must not return, and the store close, while the session's
 // own end is still recording).
 func (ds *dsession) close(outcome string) {
+	ds.closing.Store(true)
 	ds.closeOnce.Do(func() { ds.doClose(outcome) })
 }
 

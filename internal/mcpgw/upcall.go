@@ -84,6 +84,10 @@ var (
 	// resuming it with Last-Event-ID did not bring our response: the
 	// upstream ended the stream on purpose (SEP-1699) but cannot resume it.
 	errUpResumeFailed = errors.New("resuming the stream failed")
+	// errUpStreamBroken wraps a read error of an SSE response (the
+	// connection broke mid-stream); run resumes after it as after a clean
+	// end when the server gave event ids, as the SDK client does.
+	errUpStreamBroken = errors.New("the SSE stream broke")
 
 	// errUpBadArgs is returned when args is not a single JSON object or null.
 	errUpBadArgs = errors.New("tools/call arguments must be a JSON object")
@@ -387,8 +391,11 @@ func (st *upCall) run(ctx context.Context, resp *http.Response, sc *upScratch) (
 	var prevID string
 	for {
 		raw, err := st.readResponse(ctx, resp, sc)
-		if raw != nil || err != nil {
+		if raw != nil {
 			return raw, err
+		}
+		if err != nil && (!errors.Is(err, errUpStreamBroken) || len(sc.evID) == 0 || ctx.Err() != nil) {
+			return nil, err
 		}
 		// The stream ended without our response. Per §"Resumability and
 		// Redelivery" we may resume it if the server gave event ids.
@@ -416,14 +423,30 @@ func (st *upCall) run(ctx context.Context, resp *http.Response, sc *upScratch) (
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		req := st.c.newRequest(ctx, http.MethodGet, st.s, upHdrAcceptSSE, nil)
-		req.Header["Last-Event-Id"] = []string{prevID}
-		resp, err = st.c.client.Do(req)
-		if err != nil {
+		for {
+			req := st.c.newRequest(ctx, http.MethodGet, st.s, upHdrAcceptSSE, nil)
+			req.Header["Last-Event-Id"] = []string{prevID}
+			if resp, err = st.c.client.Do(req); err == nil {
+				break
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, &upError{Err: fmt.Errorf("%w: %w: %w", errUpStreamEnded, errUpResumeFailed, err)}
+			// A network error of the resuming GET is retried with the same
+			// backoff and bound as a stream that ends again.
+			if resumes++; resumes > upMaxResumes {
+				return nil, &upError{Err: fmt.Errorf("%w: %w: %w", errUpStreamEnded, errUpResumeFailed, err)}
+			}
+			if delay = st.retry; delay <= 0 {
+				delay = upDefaultRetry << resumes
+			}
+			t.Reset(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
 }
@@ -448,7 +471,12 @@ func (st *upCall) readResponse(ctx context.Context, resp *http.Response, sc *upS
 			upDrain(resp.Body)
 		}
 		resp.Body.Close()
-		return raw, st.readErr(err)
+		err = st.readErr(err)
+		var ue *upError
+		if errors.As(err, &ue) && ue.Status == st.status && errors.Is(err, errUpReadFailed) {
+			err = &upError{Status: st.status, Err: fmt.Errorf("%w: %w", errUpStreamBroken, ue.Err)}
+		}
+		return raw, err
 	case "application/json":
 		defer resp.Body.Close()
 		return st.readJSON(ctx, resp, sc)
@@ -477,8 +505,11 @@ func (st *upCall) readErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return &upError{Status: st.status, Err: fmt.Errorf("reading response: %w", err)}
+	return &upError{Status: st.status, Err: fmt.Errorf("%w: %w", errUpReadFailed, err)}
 }
+
+// errUpReadFailed marks readErr's plain read failures.
+var errUpReadFailed = errors.New("reading response")
 
 // readJSON handles an application/json response: one JSON-RPC message (or,
 // from pre-2025-06-18 servers, a batch array).

@@ -826,3 +826,55 @@ func newUpFakeEnv(tb testing.TB) *upTestEnv {
 	}
 	return env
 }
+
+// TestUpCallResumesBrokenStream: a connection that breaks mid-stream (not a
+// clean end) after the server gave an event id is resumed with GET +
+// Last-Event-ID, as the SDK client does; without an event id it fails.
+func TestUpCallResumesBrokenStream(t *testing.T) {
+	for _, c := range []struct {
+		withID     bool
+		failedGETs int32 // resuming GETs whose connection breaks before an answer
+	}{{true, 0}, {true, 2}, {false, 0}} {
+		withID := c.withID
+		var gets atomic.Int32
+		var callID atomic.Value
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet {
+				if gets.Add(1) <= c.failedGETs {
+					panic(http.ErrAbortHandler) // the GET fails with a network error
+				}
+				if r.Header.Get("Last-Event-ID") != "e1" {
+					t.Errorf("resume GET with Last-Event-ID %q", r.Header.Get("Last-Event-ID"))
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%q,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"resumed\"}]}}\n\n", callID.Load())
+				return
+			}
+			var req struct {
+				ID string `json:"id"`
+			}
+			json.NewDecoder(r.Body).Decode(&req)
+			callID.Store(req.ID)
+			w.Header().Set("Content-Type", "text/event-stream")
+			if withID {
+				fmt.Fprint(w, "retry: 5\nid: e1\ndata:\n\n")
+			} else {
+				fmt.Fprint(w, ": no id\n\n")
+			}
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // the connection breaks: the client reads an unexpected EOF
+		}))
+		t.Cleanup(hs.Close)
+		up, _ := newUpCaller(nil, hs.URL, 0)
+		res, _, err := up.callTool(upCtx(t), upSession{ID: "sid-1", ProtocolVersion: "2025-11-25"}, "t", nil, nil, upHandlers{})
+		if withID {
+			if err != nil || upText(t, res) != "resumed" || gets.Load() != c.failedGETs+1 {
+				t.Fatalf("with an event id, %d failing GETs first: %v, %d resume GETs", c.failedGETs, err, gets.Load())
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, errUpStreamBroken) || gets.Load() != 0 {
+			t.Fatalf("without an event id: %v, %d resume GETs; want the broken stream's error and no GET", err, gets.Load())
+		}
+	}
+}
