@@ -240,8 +240,8 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	pv := r.Header.Get("Mcp-Protocol-Version")
 	if pv == "" || !slices.Contains(g.protocols, pv) || !isJSONContent(r.Header.Get("Content-Type")) ||
-		!acceptsBoth(r.Header.Values("Accept")) || !hostAllowed(r) {
-		return false
+		!acceptsBoth(r.Header.Values("Accept")) || !hostAllowed(r) || len(r.Header.Values("Last-Event-ID")) > 0 {
+		return false // the SDK's answers (a Last-Event-ID on a POST is its 400)
 	}
 	id, params, ok := parseDirect(body)
 	if !ok {
@@ -303,6 +303,7 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 		json.NewEncoder(buf).Encode(&resp)
 	}
 	h := w.Header()
+	h.Set("Cache-Control", "no-cache, no-transform") // as the SDK's responses
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)

@@ -192,6 +192,7 @@ func TestDirectCallLeavesTheRestToTheSDK(t *testing.T) {
 		{"wrong content type", plain, map[string]string{"Content-Type": "text/plain"}, 415},
 		{"accept without event-stream", plain, map[string]string{"Accept": "application/json"}, 400},
 		{"foreign host", plain, map[string]string{"Host": "evil.example"}, 0},
+		{"Last-Event-ID on a POST", plain, map[string]string{"Last-Event-ID": "e1"}, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := mcpgw.DirectCalls(gw)

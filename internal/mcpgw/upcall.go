@@ -49,9 +49,11 @@ const (
 
 	// upDrainTimeout and upDrainMax bound how long and how much we read after
 	// our response arrived on an SSE stream, so an HTTP/1.1 connection can go
-	// back to the idle pool. A server that keeps the stream open longer only
-	// costs us the connection, never the result.
-	upDrainTimeout = 250 * time.Millisecond
+	// back to the idle pool. A server ends the stream right after the
+	// response (its last chunk comes with it or a moment later); one that
+	// keeps the stream open costs each call upDrainTimeout of latency and
+	// the connection, never the result.
+	upDrainTimeout = 20 * time.Millisecond
 	upDrainMax     = 256 << 10
 
 	// upMaxResumes is the number of consecutive stream resumptions (GET with
