@@ -70,7 +70,34 @@ type directCall struct {
 
 // directKey is the g.inflight key of a directly served request.
 func directKey(sessionID string, id json.RawMessage) string {
-	return sessionID + "\x00" + string(id)
+	k, _ := idKey(id)
+	return sessionID + "\x00" + k
+}
+
+// idKey is the value of a JSON-RPC id, so that equal ids written
+// differently ("a" and "\u0061", 7 and 7.0) match: "s" and the string, or
+// "n" and the integer. ok is false for anything else (fractions, numbers
+// beyond int64, other JSON).
+func idKey(raw json.RawMessage) (key string, ok bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", false
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return "", false
+		}
+		return "s" + s, true
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return "n" + strconv.FormatInt(n, 10), true
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return "", false
+	}
+	return "n" + strconv.FormatInt(int64(f), 10), true
 }
 
 // rpcRequest is a JSON-RPC request as serveDirect reads it.
@@ -341,11 +368,10 @@ func (g *Gateway) cancelDirect(sid string, p policy.Principal, body []byte) {
 	if json.Unmarshal(body, &n) != nil || n.Method != "notifications/cancelled" || len(n.Params.RequestID) == 0 {
 		return
 	}
-	var compact bytes.Buffer
-	if json.Compact(&compact, n.Params.RequestID) != nil {
+	if _, ok := idKey(n.Params.RequestID); !ok {
 		return
 	}
-	if v, ok := g.inflight.Load(directKey(sid, compact.Bytes())); ok {
+	if v, ok := g.inflight.Load(directKey(sid, n.Params.RequestID)); ok {
 		v.(*directCall).cancel()
 	}
 }

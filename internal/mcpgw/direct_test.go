@@ -290,7 +290,9 @@ func TestDirectCallCancelled(t *testing.T) {
 	if mcpgw.DirectCalls(gw) != 1 {
 		t.Fatalf("%d direct calls, want 1", mcpgw.DirectCalls(gw))
 	}
-	cancelBody := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c-1","reason":"user"}}`
+	// The requestId names the call's id written differently ("\u002d" is
+	// "-"): ids match by value, as in the SDK.
+	cancelBody := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c\u002d1","reason":"user"}}`
 	// Another principal cannot cancel it (the SDK refuses it the session).
 	status, _, body := postRaw(t, ctx, gwURL, otherKey, cs, cancelBody, nil)
 	if status != http.StatusForbidden {
