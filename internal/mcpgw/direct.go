@@ -59,8 +59,9 @@ import (
 // answers it, or refuses another principal with 403). The SDK's idle
 // session timer does not see direct calls; serveDirect keeps it running by
 // sending the SDK a ping on the session when the SDK has not seen it for a
-// quarter of the session timeout, and again every quarter while a direct call
-// runs.
+// sixteenth of the session timeout, and again every quarter while a direct
+// call runs. When the session ends (DELETE, the SDK's timeout, shutdown) its
+// direct calls are cancelled, as the SDK cancels its own.
 
 // directCall is a directly served request in flight (g.inflight).
 type directCall struct {
@@ -285,6 +286,9 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 		return false // a second request with an id in flight: the SDK's rules apply
 	}
 	defer g.inflight.Delete(key)
+	if ds.closing.Load() {
+		return false // closed meanwhile (cancelDirectCalls may have run before the call was in flight): the SDK answers 404
+	}
 	// In flight before the keep-alive ping, so that a cancellation sent
 	// meanwhile finds the call.
 	g.keepAlive(ds, r, sdk)
@@ -387,6 +391,24 @@ func (ds *dsession) directOK() bool {
 	return ds.logLevel == ""
 }
 
+// keepAliveFraction: a direct call pings the SDK when it has not seen the
+// session for timeout/keepAliveFraction, so a session expires between
+// 15/16 of the timeout and the timeout after its last call (the SDK's idle
+// clock starts at its last ping).
+const keepAliveFraction = 16
+
+// cancelDirectCalls cancels every directly served call of session sid (the
+// session is ending: the SDK cancels its own requests the same way).
+func (g *Gateway) cancelDirectCalls(sid string) {
+	prefix := sid + "\x00"
+	g.inflight.Range(func(k, v any) bool {
+		if strings.HasPrefix(k.(string), prefix) {
+			v.(*directCall).cancel()
+		}
+		return true
+	})
+}
+
 // touch records that the SDK served a request of ds's session now.
 func (ds *dsession) touch() { ds.sdkSeen.Store(time.Now().UnixNano()) }
 
@@ -395,7 +417,7 @@ func (ds *dsession) touch() { ds.sdkSeen.Store(time.Now().UnixNano()) }
 // idle timer, which direct calls bypass, does not close a busy session.
 func (g *Gateway) keepAlive(ds *dsession, r *http.Request, sdk http.Handler) {
 	timeout := g.sessionTimeout()
-	if timeout <= 0 || time.Since(time.Unix(0, ds.sdkSeen.Load())) < timeout/4 {
+	if timeout <= 0 || ds.closing.Load() || time.Since(time.Unix(0, ds.sdkSeen.Load())) < timeout/keepAliveFraction {
 		return
 	}
 	ds.touch()

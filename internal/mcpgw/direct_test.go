@@ -540,3 +540,35 @@ func TestKeepAliveIgnoresRefusedRequests(t *testing.T) {
 		t.Errorf("keep-alive pings %d (last status %d), want 1: the refused POST is not activity", n, status)
 	}
 }
+
+// A session terminated while a direct call runs cancels the call, as the
+// SDK cancels its own requests: the upstream tool's context ends and the
+// call answers code cancelled.
+func TestDirectCallCancelledByDelete(t *testing.T) {
+	up := startDirectUpstream(t)
+	gwURL, key, _ := startAllowAllGatewayWith(t, up.url, "")
+	cs := relayClient(t, gwURL, key, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := startBlockingCall(t, ctx, up, gwURL, key, cs, "d-1")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, gwURL, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case <-up.stopped:
+	case <-ctx.Done():
+		t.Fatal("the upstream tool was not cancelled by the DELETE")
+	}
+	a := <-done
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"code":"cancelled"`) {
+		t.Errorf("call of a deleted session answered %d %s, want isError with code cancelled", a.status, a.body)
+	}
+}

@@ -418,6 +418,9 @@ func (ds *dsession) sessionOpened(server string) {
 // own end is still recording).
 func (ds *dsession) close(outcome string) {
 	ds.closing.Store(true)
+	if ds.id != "" {
+		ds.g.cancelDirectCalls(ds.id)
+	}
 	ds.closeOnce.Do(func() { ds.doClose(outcome) })
 }
 
