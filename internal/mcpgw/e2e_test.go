@@ -392,7 +392,8 @@ func TestE2EBatchRejected(t *testing.T) {
 	for _, c := range []struct {
 		body string
 		code int
-	}{{`{"jsonrpc":"2.0",`, -32700}, {`garbage`, -32700}, {``, -32700}, {`42`, -32600}, {`"x"`, -32600}, {`null`, -32600}} {
+	}{{`{"jsonrpc":"2.0",`, -32700}, {`garbage`, -32700}, {``, -32700}, {`42`, -32600}, {`"x"`, -32600}, {`null`, -32600},
+		{`{}`, -32600}, {`{"jsonrpc":"2.0"}`, -32600}, {`{"jsonrpc":"1.0","id":1,"method":"ping"}`, -32600}} {
 		status, h, body := postMCP(t, e, keyAlice, c.body, nil)
 		var msg struct {
 			Error struct {

@@ -102,6 +102,9 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			} else if t[0] != '{' {
 				jsonRPCError(w, http.StatusBadRequest, -32600, "invalid request: the body must be a JSON-RPC message (a JSON object)")
 				return
+			} else if !isJSONRPCMessage(t) {
+				jsonRPCError(w, http.StatusBadRequest, -32600, `invalid request: not a JSON-RPC 2.0 message ("jsonrpc": "2.0" with a method, a result or an error)`)
+				return
 			}
 		}
 		if r.Header.Get("Authorization") == "" {
@@ -121,6 +124,22 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			touch.touch()
 		}
 	})
+}
+
+// isJSONRPCMessage reports whether the JSON object b is a JSON-RPC 2.0
+// request, notification or response by its shape: "jsonrpc": "2.0" and a
+// method, a result or an error (the SDK checks the rest).
+func isJSONRPCMessage(b []byte) bool {
+	var m struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  json.RawMessage `json:"method"`
+		Result  json.RawMessage `json:"result"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.JSONRPC != "2.0" {
+		return false
+	}
+	return len(m.Method) > 0 || len(m.Result) > 0 || len(m.Error) > 0
 }
 
 // statusWriter records the status of a response it passes through. It keeps
