@@ -275,8 +275,9 @@ func startBlockingCall(t *testing.T, ctx context.Context, up *directUpstream, gw
 	return done
 }
 
-// notifications/cancelled for a directly served call cancels it: the
-// upstream tool's context ends and the call answers code cancelled.
+// notifications/cancelled for a directly served call cancels it, and so
+// does the end of its session: the upstream tool's context ends and the
+// call answers code cancelled.
 func TestDirectCallCancelled(t *testing.T) {
 	up := startDirectUpstream(t)
 	gwURL, key, gw := startAllowAllGatewayWith(t, up.url, "")
@@ -305,19 +306,52 @@ func TestDirectCallCancelled(t *testing.T) {
 	if status != http.StatusAccepted {
 		t.Errorf("notifications/cancelled: %d %s, want 202", status, body)
 	}
+	wantCancelled(t, ctx, up, done, "notifications/cancelled")
+
+	// Ending the session cancels its running direct calls, as the SDK
+	// cancels its own requests.
+	done = startBlockingCall(t, ctx, up, gwURL, key, cs, "d-1")
+	if status := deleteSession(t, ctx, gwURL, key, cs); status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", status)
+	}
+	wantCancelled(t, ctx, up, done, "DELETE of the session")
+}
+
+// wantCancelled waits until up's blocking tool was cancelled (by what) and
+// checks that the call answered isError with code cancelled.
+func wantCancelled(t *testing.T, ctx context.Context, up *directUpstream, done <-chan rawAnswer, what string) {
+	t.Helper()
 	select {
 	case <-up.stopped:
 	case <-ctx.Done():
-		t.Fatal("the upstream tool was not cancelled")
+		t.Fatalf("%s: the upstream tool was not cancelled", what)
 	}
 	a := <-done
 	var resp struct {
 		Result mcp.CallToolResult `json:"result"`
 	}
-	if err := json.Unmarshal(a.body, &resp); err != nil || !resp.Result.IsError ||
+	if err := json.Unmarshal(a.body, &resp); err != nil || a.status != http.StatusOK || !resp.Result.IsError ||
 		!strings.Contains(string(a.body), `"code":"cancelled"`) {
-		t.Errorf("cancelled call answered %d %s", a.status, a.body)
+		t.Errorf("%s: the call answered %d %s, want isError with code cancelled", what, a.status, a.body)
 	}
+}
+
+// deleteSession ends cs's session at the gateway (DELETE /mcp) and returns
+// the status.
+func deleteSession(t *testing.T, ctx context.Context, gwURL, key string, cs *mcp.ClientSession) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, gwURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // Direct calls bypass the SDK's idle-session timer; the gateway keeps it
@@ -496,16 +530,8 @@ func TestDirectCallOnTerminatedSession(t *testing.T) {
 	if !direct(t, cs, gw, "echo") {
 		t.Fatal("not served directly")
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, gwURL, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE: %d", resp.StatusCode)
+	if status := deleteSession(t, t.Context(), gwURL, key, cs); status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", status)
 	}
 	before := mcpgw.DirectCalls(gw)
 	status, _, body := postRaw(t, t.Context(), gwURL, key, cs, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`, nil)
@@ -538,37 +564,5 @@ func TestKeepAliveIgnoresRefusedRequests(t *testing.T) {
 	}
 	if n, status := mcpgw.KeepAlives(gw); n != 1 || status != http.StatusOK {
 		t.Errorf("keep-alive pings %d (last status %d), want 1: the refused POST is not activity", n, status)
-	}
-}
-
-// A session terminated while a direct call runs cancels the call, as the
-// SDK cancels its own requests: the upstream tool's context ends and the
-// call answers code cancelled.
-func TestDirectCallCancelledByDelete(t *testing.T) {
-	up := startDirectUpstream(t)
-	gwURL, key, _ := startAllowAllGatewayWith(t, up.url, "")
-	cs := relayClient(t, gwURL, key, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	done := startBlockingCall(t, ctx, up, gwURL, key, cs, "d-1")
-	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, gwURL, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Mcp-Session-Id", cs.ID())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	select {
-	case <-up.stopped:
-	case <-ctx.Done():
-		t.Fatal("the upstream tool was not cancelled by the DELETE")
-	}
-	a := <-done
-	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"code":"cancelled"`) {
-		t.Errorf("call of a deleted session answered %d %s, want isError with code cancelled", a.status, a.body)
 	}
 }
