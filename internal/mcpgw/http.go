@@ -29,7 +29,9 @@ import (
 //     (serveDirect, direct.go: same handler, JSON response, no SDK
 //     transport hop).
 //  4. A POST body that is not JSON answers 400 with JSON-RPC error -32700,
-//     one that is JSON but not an object 400 with -32600 (JSON-RPC 2.0 §5.1).
+//     one that is JSON but not a JSON-RPC 2.0 message object 400 with -32600
+//     (JSON-RPC 2.0 §5.1). A DELETE marks the session closing, so the direct
+//     path leaves its later requests to the SDK (404).
 //  5. The go-sdk Streamable HTTP handler serves the rest, with the principal as
 //     the session's user: a session is bound to the principal that opened
 //     it (a request of another principal gets 403).
