@@ -205,6 +205,20 @@ const (
 // Pure; safe for concurrent use.
 func MCPToolID(server, tool string) string { return scopeMCP + server + "." + tool }
 
+// MCPResourceID returns the canonical id of the resources of upstream MCP
+// server server: "mcp:<server>/resource" (DESIGN.md Surfaces). One id
+// covers every resource of the server; the resource's URI is an argument of
+// each use (resources/read and resources/subscribe: args {uri}), so rules
+// condition on args.uri. Not a tool: the catalog never holds it. Pure; safe
+// for concurrent use.
+func MCPResourceID(server string) string { return scopeMCP + server + "/resource" }
+
+// MCPPromptID returns the canonical id of prompt prompt of upstream MCP
+// server server: "mcp:<server>#<prompt>" (DESIGN.md Surfaces), with the
+// prompt's name as the upstream lists it. Not a tool: the catalog never
+// holds it. Pure; safe for concurrent use.
+func MCPPromptID(server, prompt string) string { return scopeMCP + server + "#" + prompt }
+
 // NativeToolID returns the canonical toolId of a native Go tool:
 // "native:<name>". It does not validate name. Pure; safe for concurrent use.
 func NativeToolID(name string) string { return scopeNative + name }

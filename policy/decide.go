@@ -247,6 +247,35 @@ func (p *Program) Disclose(ctx context.Context, in *Input) (shown bool) {
 	return ev.disclose()
 }
 
+// DiscloseArgs is Disclose with the arguments known: it reports whether
+// Decide could be non-deny for in.Args whatever the call (`call` stays
+// unknown, as at list time). The MCP gateway answers resources/list with it,
+// one decision per resource URI (args {uri}), so that a rule conditioned on
+// args.uri filters the list exactly as it filters resources/read. in.Args
+// nil means {}; in.ArgsKnown is ignored. Evaluation failures hide (fail
+// closed). Never panics; safe for concurrent use; false for a nil Program
+// or Input.
+func (p *Program) DiscloseArgs(ctx context.Context, in *Input) (shown bool) {
+	if p == nil || in == nil {
+		return false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			shown = false
+		}
+	}()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	ev := p.newEval(ctx, in, true)
+	defer ev.release()
+	ev.vars = callPartialActivation{&ev.act}
+	return ev.disclose()
+}
+
 // evaluation is the state of one Decide, Disclose or Explain; pooled, so
 // a decision allocates only what it returns.
 type evaluation struct {

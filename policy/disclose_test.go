@@ -219,3 +219,44 @@ func randomArgs(rng *rand.Rand, i int) map[string]any {
 	}
 	return m
 }
+
+// DiscloseArgs decides with the arguments known (a resource URI at
+// resources/list time) and only call unknown: a rule conditioned on args
+// filters per value, one on call still discloses, a deny on args hides.
+func TestDiscloseArgs(t *testing.T) {
+	p := load(t, `rules:
+  - {id: docs, effect: allow, tools: ["mcp:srv/resource"], when: 'args.uri.startsWith("docs://")'}
+  - {id: no-secret, effect: deny, tools: ["mcp:srv/resource"], when: 'args.uri.contains("secret")'}
+  - {id: by-transport, effect: allow, tools: ["mcp:other/resource"], when: 'call.transport == "mcp" && args.uri != ""'}
+  - {id: broken, effect: allow, tools: ["mcp:broken/resource"], when: 'args.missing == "x"'}
+`, Options{})
+	ctx := t.Context()
+	show := func(id, uri string) bool {
+		return p.DiscloseArgs(ctx, &Input{Principal: alice, Tool: Tool{ID: id}, Args: map[string]any{"uri": uri}})
+	}
+	cases := []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"granted uri", show("mcp:srv/resource", "docs://a"), true},
+		{"other uri", show("mcp:srv/resource", "file:///etc/passwd"), false},
+		{"denied uri", show("mcp:srv/resource", "docs://secret"), false},
+		{"call unknown", show("mcp:other/resource", "x://y"), true},
+		{"call unknown, args decide", show("mcp:other/resource", ""), false},
+		{"failing condition", show("mcp:broken/resource", "x://y"), false},
+		{"no rule", show("mcp:none/resource", "docs://a"), false},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s: DiscloseArgs = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// Name level (args unknown), the URI-conditioned resource is disclosed.
+	if !p.Disclose(ctx, &Input{Principal: alice, Tool: Tool{ID: "mcp:srv/resource"}}) {
+		t.Error("Disclose(mcp:srv/resource) = false, want true (some URI may be read)")
+	}
+	if p.DiscloseArgs(ctx, nil) || (*Program)(nil).DiscloseArgs(ctx, &Input{}) {
+		t.Error("DiscloseArgs of a nil Input or Program = true")
+	}
+}

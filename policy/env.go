@@ -400,6 +400,31 @@ func (a partialActivation) AsPartialActivation() (interpreter.PartialActivation,
 	return a, true
 }
 
+// callPartialActivation is an activation whose call alone is unknown
+// (Program.DiscloseArgs: list time with known arguments).
+type callPartialActivation struct{ *activation }
+
+// callUnknown marks `call` unknown for DiscloseArgs.
+var callUnknown = []*interpreter.AttributePattern{cel.AttributePattern("call")}
+
+// ResolveName implements interpreter.Activation; call is never resolved.
+func (a callPartialActivation) ResolveName(name string) (any, bool) {
+	if name == "call" {
+		return nil, false
+	}
+	return a.activation.ResolveName(name)
+}
+
+// UnknownAttributePatterns implements interpreter.PartialActivation.
+func (a callPartialActivation) UnknownAttributePatterns() []*interpreter.AttributePattern {
+	return callUnknown
+}
+
+// AsPartialActivation lets cel-go find the unknown patterns.
+func (a callPartialActivation) AsPartialActivation() (interpreter.PartialActivation, bool) {
+	return a, true
+}
+
 // toolMap is the `tool` variable: the descriptor fields overlaid with the
 // typed fields id, source, safetyTier and scopes (always present; "" or []
 // when unknown). Fields is not modified.

@@ -249,6 +249,44 @@ type Call struct {
 	RunID        string            // generated ("run_…") when empty; 1–128 bytes
 	AgentID      string            // defaults to core.system
 	ParentCallID string
+	// Target, when set, is what the call uses instead of a catalog tool:
+	// an MCP surface gated like a tool (DESIGN.md Surfaces: a server's
+	// resources, one of its prompts). Tool is then ignored; the call is
+	// decided, rate limited, hooked, recorded and invoked exactly like a
+	// tool call, on Target.Tool's id with Target.Invoker.
+	Target *Target
+}
+
+// Target is a gated MCP surface other than a tool: the resources of an
+// upstream server (catalog.MCPResourceID) or one of its prompts
+// (catalog.MCPPromptID), used by resources/read, resources/subscribe,
+// prompts/get and completion/complete. Tool carries its id and classified
+// descriptor (the policy sees it as `tool`, its auth.scopes are required as
+// a tool's are); it is never in the catalog, so GET /v1/tools and POST
+// /v1/calls never reach it. Invoker runs the one request (it may also be a
+// Preparer). A Target is only read by the pipeline.
+type Target struct {
+	Tool    *catalog.Tool
+	Invoker Invoker
+}
+
+// DiscloseTarget reports whether t may be shown to principal, by the same
+// decision as Disclose: with args nil, whether some use of t could be
+// allowed (args unknown: prompts/list, resources/templates/list); with args
+// set, whether a use with exactly these arguments could be (call unknown:
+// resources/list, one decision per URI with args {uri}). False with no
+// policy. Safe for concurrent use.
+func (p *Pipeline) DiscloseTarget(ctx context.Context, principal policy.Principal, t *catalog.Tool, args map[string]any) bool {
+	st := p.state.Load()
+	if st.Policy == nil || t == nil {
+		return false
+	}
+	in := policy.Input{Principal: principal, Tool: PolicyTool(&t.Descriptor), Now: p.opts.Now()}
+	if args == nil {
+		return st.Policy.Disclose(ctx, &in)
+	}
+	in.Args = args
+	return st.Policy.DiscloseArgs(ctx, &in)
 }
 
 // Result is the outcome of a call. Status is ok, error, forbidden or
@@ -403,6 +441,24 @@ type callState struct {
 	hookCall hook.Call
 	rec      context.Context // for audit writes: the call's context without cancellation
 	approved string          // the approval this call consumed, if any
+	target   *Target         // c.Target
+	tfacts   policy.Tool     // the policy facts of target
+}
+
+// facts is the policy's view of the call's tool (or target).
+func (cs *callState) facts() policy.Tool {
+	if cs.target != nil {
+		return cs.tfacts
+	}
+	return cs.st.facts[cs.res.ToolID]
+}
+
+// invoker is the call's tool's (or target's) invoker; nil if none.
+func (cs *callState) invoker() Invoker {
+	if cs.target != nil {
+		return cs.target.Invoker
+	}
+	return cs.st.Invokers[cs.res.ToolID]
 }
 
 // maxIDLen bounds caller-supplied ids (OpenWOP run-event.schema.json: 1–128).
@@ -482,8 +538,14 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 	res := &f.res
 	res.CallID, res.RunID = c.CallID, c.RunID
-	tool, err := st.Catalog.Resolve(c.Tool)
-	if err != nil {
+	var tool *catalog.Tool
+	var err error
+	if c.Target != nil {
+		tool = c.Target.Tool
+		if tool == nil {
+			return res, errcode.New(errcode.InvalidArgument, "the call's target has no tool")
+		}
+	} else if tool, err = st.Catalog.Resolve(c.Tool); err != nil {
 		res.Hidden = true
 		return res, err
 	}
@@ -513,7 +575,10 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		return res, errcode.New(errcode.InvalidArgument, "arguments must be a JSON object")
 	}
 	res.RequestedArgsHash, res.ExecutedArgsHash = h, h
-	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now()}
+	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now(), target: call.Target}
+	if cs.target != nil {
+		cs.tfacts = PolicyTool(&tool.Descriptor)
+	}
 	cs.hookCall = hook.Call{
 		CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
 		ToolID: res.ToolID, Transport: string(c.Transport), Principal: c.Principal.ID,
@@ -545,7 +610,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		// At dispatch the decision runs again on the policy in force now:
 		// a policy change while the call waited refuses it.
 		cs.st = p.state.Load()
-		if _, ok := cs.st.facts[res.ToolID]; !ok {
+		if _, ok := cs.st.facts[res.ToolID]; !ok && cs.target == nil {
 			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Errorf(errcode.Forbidden, "%s was removed while the call waited for approval", res.ToolID).
 				WithDetails(map[string]any{"scope": "tool", "toolName": res.ToolID, "approvalId": id}))
 		}
@@ -572,7 +637,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	if e := p.beforeHooks(ctx, cs); e != nil {
 		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
-	if pr, ok := st.Invokers[res.ToolID].(Preparer); ok {
+	if pr, ok := cs.invoker().(Preparer); ok {
 		if err := pr.Prepare(ctx, tool); err != nil {
 			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", p.opts.Redactor.RedactString(err.Error()))
 		}
@@ -598,7 +663,7 @@ func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
 	}
 	in := inputPool.Get().(*policy.Input)
 	*in = policy.Input{
-		Principal: cs.c.Principal, Tool: cs.st.facts[cs.res.ToolID], Args: cs.argsMap, ArgsKnown: true,
+		Principal: cs.c.Principal, Tool: cs.facts(), Args: cs.argsMap, ArgsKnown: true,
 		Call: policy.Call{Transport: string(cs.c.Transport), CallID: cs.c.CallID, RunID: cs.c.RunID, AgentID: cs.c.AgentID, ParentCallID: cs.c.ParentCallID},
 		Now:  cs.started,
 	}
@@ -621,7 +686,7 @@ func (p *Pipeline) refusal(ctx context.Context, cs *callState) *errcode.Error {
 		return errcode.Errorf(errcode.ApprovalRequired, "%s requires approval: %s", cs.res.ToolID, d.Reason).
 			WithDetails(map[string]any{"toolName": cs.res.ToolID, "ruleId": d.RuleID})
 	}
-	cs.res.Hidden = cs.st.Policy == nil || !cs.st.Policy.Disclose(ctx, &policy.Input{Principal: cs.c.Principal, Tool: cs.st.facts[cs.res.ToolID], Now: cs.started})
+	cs.res.Hidden = cs.st.Policy == nil || !cs.st.Policy.Disclose(ctx, &policy.Input{Principal: cs.c.Principal, Tool: cs.facts(), Now: cs.started})
 	details := map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "requiredScopes": nonNil(d.RequiredScopes)}
 	if d.RuleID != "" {
 		details["ruleId"] = d.RuleID
@@ -792,7 +857,7 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 // invoke runs the tool, the after/error hooks, and records the outcome.
 func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	res := cs.res
-	inv := cs.st.Invokers[res.ToolID]
+	inv := cs.invoker()
 	var out json.RawMessage
 	var err error
 	start := time.Now()
