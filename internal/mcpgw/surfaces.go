@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
@@ -472,6 +473,9 @@ func gatedCall[R any](ctx context.Context, g *Gateway, ds *dsession, p policy.Pr
 		Target: &pipeline.Target{Tool: t, Invoker: inv}}
 	if err := applyCallMeta(meta, &c); err != nil {
 		return zero, err
+	}
+	if ask := ds.elicitor(); ask != nil {
+		ctx = approval.WithElicitor(ctx, ask) // approver: user rules, as for tools
 	}
 	res, err := g.pipe.Call(ctx, c)
 	if err != nil {

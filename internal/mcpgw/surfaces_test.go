@@ -92,7 +92,8 @@ servers:
   rules:
     - {id: tools, effect: allow, tools: ["mcp:everything.echo", "mcp:fs.list_allowed_directories"]}
     - {id: docs, effect: allow, tools: ["mcp:everything/resource", "mcp:everything#*"], scopes: [docs]}
-    - {id: static-docs, effect: allow, tools: ["mcp:everything/resource"], scopes: [static], when: 'args.uri.startsWith(%q)'}
+    - {id: static-docs, effect: allow, tools: ["mcp:everything/resource"], scopes: [static],
+       when: '(has(args.uri) ? args.uri : args.ref.uri).startsWith(%q)'}
     - {id: broken, effect: allow, tools: ["mcp:broken/resource", "mcp:broken#*"]}
 `, auth.HashKey(keySurfAlice), tenant, auth.HashKey(keySurfBob), tenant, auth.HashKey(keySurfCarol), tenant,
 		yamlQuote(env.npm.node), yamlQuote(env.npm.everything), others, staticPrefix)
@@ -347,12 +348,19 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if err := alice.Subscribe(surfCtx(t), &mcp.SubscribeParams{URI: doc}); err != nil {
 		t.Errorf("alice subscribes to %s: %v", doc, err)
 	}
+	tplRef := &mcp.CompleteReference{Type: "ref/resource", URI: "demo://resource/dynamic/text/{resourceId}"}
+	rc := &mcp.CompleteParams{Ref: tplRef, Argument: mcp.CompleteParamsArgument{Name: "resourceId", Value: "3"}}
+	if comp, err := alice.Complete(surfCtx(t), rc); err != nil || !slices.Contains(comp.Completion.Values, "3") {
+		t.Errorf("alice completes resourceId=3 of %s: %v %+v", tplRef.URI, err, comp)
+	}
+	hashRC := argsHash(t, map[string]any{"ref": rc.Ref, "argument": rc.Argument})
 	e.checkRecords(t, alice.ID(), []wantRecord{
 		{"mcp:everything/resource", "ok", hashURI(doc)},
 		{"mcp:everything/resource", "ok", hashURI(dynamic)},
 		{"mcp:everything#simple-prompt", "ok", argsHash(t, map[string]any{"name": "everything__simple-prompt"})},
 		{"mcp:everything#completable-prompt", "ok", argsHash(t, map[string]any{"ref": cp.Ref, "argument": cp.Argument})},
 		{"mcp:everything/resource", "ok", hashURI(doc)}, // the subscription
+		{"mcp:everything/resource", "ok", hashRC},
 	})
 	// Content-free: the events carry no resource or prompt text.
 	evs, err := e.st.EventsByRun(t.Context(), tenant, alice.ID(), -1, 0)
@@ -438,7 +446,13 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if p := listPromptNames(t, carol); len(p) != 0 {
 		t.Errorf("carol's prompts/list = %q, want none", p)
 	}
+	if _, err := carol.Complete(surfCtx(t), rc); err == nil {
+		t.Errorf("carol completes %s, outside her rule", tplRef.URI)
+	} else if c := wireError(t, err, tplRef.URI); c != wireError(t, errUnknown, "demo://resource/dynamic/text/no-such") {
+		t.Errorf("carol's refused completion answers %q, want it like an unknown resource", c)
+	}
 	e.checkRecords(t, carol.ID(), []wantRecord{
+		{"mcp:everything/resource", "forbidden", hashRC},
 		{"mcp:everything/resource", "ok", hashURI(doc)},
 		{"mcp:everything/resource", "forbidden", hashURI(dynamic)},
 		{"mcp:everything/resource", "forbidden", hashURI("demo://resource/dynamic/text/no-such")},
