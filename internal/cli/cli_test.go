@@ -171,6 +171,33 @@ policy:
 	if code != ExitUsage || !strings.Contains(errOut, "not configured") {
 		t.Errorf("unknown server: %d %q", code, errOut)
 	}
+	// Resources and prompts are explained under their gate ids, with the
+	// request params as args.
+	resCfg := writeFile(t, "r.yaml", `
+servers:
+  - {name: fs, command: [fs-server]}
+policy:
+  rules:
+    - {id: docs, effect: allow, tools: ["mcp:fs/resource"], when: 'args.uri.startsWith("file:///docs/")'}
+    - {id: prompts, effect: allow, tools: ["mcp:fs#*"]}
+`)
+	for _, c := range []struct{ tool, args, effect, id string }{
+		{"mcp:fs/resource", `{"uri":"file:///docs/a"}`, "allow", "mcp:fs/resource"},
+		{"mcp:fs/resource", `{"uri":"file:///etc/passwd"}`, "deny", "mcp:fs/resource"},
+		{"mcp:fs#summarize", `{"name":"summarize"}`, "allow", "mcp:fs#summarize"},
+	} {
+		code, out, errOut := run(t, "", "policy", "explain", "--config", resCfg, "--principal", "a", "--tool", c.tool, "--args", c.args)
+		var m map[string]any
+		if code != ExitOK || json.Unmarshal([]byte(out), &m) != nil {
+			t.Fatalf("explain %s: %d %q %q", c.tool, code, out, errOut)
+		}
+		if d := m["decision"].(map[string]any); d["effect"] != c.effect || m["toolId"] != c.id {
+			t.Errorf("explain %s %s: %v", c.tool, c.args, m)
+		}
+	}
+	if code, _, errOut := run(t, "", "policy", "explain", "--config", resCfg, "--principal", "a", "--tool", "mcp:other/resource"); code != ExitUsage || !strings.Contains(errOut, "not configured") {
+		t.Errorf("resources of an unknown server: %d %q", code, errOut)
+	}
 	code, _, errOut = run(t, "", "policy", "explain", "--config", cfg, "--principal", "a", "--tool", "mcp:fs.x", "--args", "[1]")
 	if code != ExitUsage || !strings.Contains(errOut, "JSON object") {
 		t.Errorf("bad args: %d %q", code, errOut)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,7 +59,8 @@ func newPolicyExplainCmd() *cobra.Command {
 decision (effect, deciding rule, reason, layer, policy version, required and missing scopes), whether
 the tool would be disclosed in tools/list, the tool's descriptor after classification, and a per-rule
 trace. The tool is named by its canonical toolId (mcp:<server>.<tool>, native:<name>) or as
-<server>.<tool>; it needs no running upstream. Exits 0 whatever the decision; 1 on a bad config.`,
+<server>.<tool>; a server's resources as mcp:<server>/resource (args {"uri": ...}) and a prompt as
+mcp:<server>#<prompt> (args {"name": ..., "arguments": {...}}); it needs no running upstream. Exits 0 whatever the decision; 1 on a bad config.`,
 		Example: `  toolgate policy explain --config toolgate.yaml --principal alice --scopes fs:read \
       --tool mcp:fs.read_file --args '{"path":"/etc/passwd"}'`,
 		Args: cobra.NoArgs,
@@ -149,6 +151,9 @@ func descriptorFor(cfg *config.Config, name string) (catalog.ToolDescriptor, err
 		}
 		name = dec
 	}
+	if d, ok, err := targetDescriptor(cfg, name); ok {
+		return d, err
+	}
 	switch {
 	case strings.HasPrefix(name, "native:"):
 		d = catalog.ToolDescriptor{ToolID: name, Source: catalog.SourceHostExtension, SafetyTier: catalog.TierRead}
@@ -177,6 +182,35 @@ func descriptorFor(cfg *config.Config, name string) (catalog.ToolDescriptor, err
 		return d, err
 	}
 	return d, nil
+}
+
+// targetDescriptor is the classified descriptor of a resource or prompt
+// target id (mcp:<server>/resource, mcp:<server>#<prompt>: the gate's ids
+// of resources/read and prompts/get, whose args are the request params);
+// ok is false when name is not one. Errors: a server that is not
+// configured, an empty prompt name.
+func targetDescriptor(cfg *config.Config, name string) (d catalog.ToolDescriptor, ok bool, err error) {
+	rest, isMCP := strings.CutPrefix(name, "mcp:")
+	if !isMCP {
+		return d, false, nil
+	}
+	var server, id string
+	if s, prompt, found := strings.Cut(rest, "#"); found && catalog.ValidServerName(s) == nil {
+		if prompt == "" {
+			return d, true, fmt.Errorf("--tool %q: want mcp:<server>#<prompt> with a prompt name", name)
+		}
+		server, id = s, catalog.MCPPromptID(s, prompt)
+	} else if s, found := strings.CutSuffix(rest, "/resource"); found && catalog.ValidServerName(s) == nil {
+		server, id = s, catalog.MCPResourceID(s)
+	} else {
+		return d, false, nil
+	}
+	if !slices.ContainsFunc(cfg.Servers, func(s config.Server) bool { return s.Name == server }) {
+		return d, true, fmt.Errorf("--tool %q: server %q is not configured", name, server)
+	}
+	d = catalog.ToolDescriptor{ToolID: id, Source: catalog.SourceMCP}
+	catalog.Classify(&d, cfg.Classifications())
+	return d, true, nil
 }
 
 // parseArgs validates call arguments exactly as the gate does (strict
