@@ -87,7 +87,9 @@ auth:
     - {id: carol, key_sha256: %q, tenant: %s, scopes: [static]}
 servers:
   - {name: everything, command: [%s, %s, stdio]}
-%spolicy:
+%stools:
+  - {match: "mcp:everything#resource-prompt", scopes: [secret]}
+policy:
   default: deny
   rules:
     - {id: tools, effect: allow, tools: ["mcp:everything.echo", "mcp:fs.list_allowed_directories"]}
@@ -95,6 +97,8 @@ servers:
     - {id: static-docs, effect: allow, tools: ["mcp:everything/resource"], scopes: [static],
        when: '(has(args.uri) ? args.uri : args.ref.uri).startsWith(%q)'}
     - {id: broken, effect: allow, tools: ["mcp:broken/resource", "mcp:broken#*"]}
+  ratelimits:
+    - {tools: ["mcp:everything#args-prompt"], per: principal_tool, rate: 1/h, burst: 1}
 `, auth.HashKey(keySurfAlice), tenant, auth.HashKey(keySurfBob), tenant, auth.HashKey(keySurfCarol), tenant,
 		yamlQuote(env.npm.node), yamlQuote(env.npm.everything), others, staticPrefix)
 }
@@ -323,6 +327,10 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 			t.Errorf("alice's prompts/list = %q, want it to include %s", prompts, want)
 		}
 	}
+	// A tools: classification gives a prompt scopes alice lacks.
+	if slices.Contains(prompts, "everything__resource-prompt") {
+		t.Errorf("alice is shown everything__resource-prompt, which needs scope secret")
+	}
 	doc := static[0]
 	read, err := alice.ReadResource(surfCtx(t), &mcp.ReadResourceParams{URI: doc})
 	if err != nil || len(read.Contents) == 0 || read.Contents[0].Text == "" {
@@ -339,6 +347,18 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if err != nil || len(got.Messages) == 0 {
 		t.Fatalf("alice gets simple-prompt: %v %+v", err, got)
 	}
+	// A rate limit on a prompt: the second get is refused with a code the
+	// client can read (she may see the prompt).
+	ap := &mcp.GetPromptParams{Name: "everything__args-prompt", Arguments: map[string]string{"city": "Paris"}}
+	if _, err := alice.GetPrompt(surfCtx(t), ap); err != nil {
+		t.Fatalf("alice gets args-prompt: %v", err)
+	}
+	_, err = alice.GetPrompt(surfCtx(t), ap)
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != CodeRefused || !strings.Contains(string(je.Data), `"code":"rate_limited"`) {
+		t.Errorf("alice's second args-prompt: %v; want JSON-RPC %d with data.code rate_limited", err, CodeRefused)
+	}
+	hashAP := argsHash(t, map[string]any{"name": ap.Name, "arguments": ap.Arguments})
 	cp := &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "everything__completable-prompt"},
 		Argument: mcp.CompleteParamsArgument{Name: "department", Value: "Eng"}}
 	comp, err := alice.Complete(surfCtx(t), cp)
@@ -361,6 +381,8 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 		{"mcp:everything#completable-prompt", "ok", argsHash(t, map[string]any{"ref": cp.Ref, "argument": cp.Argument})},
 		{"mcp:everything/resource", "ok", hashURI(doc)}, // the subscription
 		{"mcp:everything/resource", "ok", hashRC},
+		{"mcp:everything#args-prompt", "ok", hashAP},
+		{"mcp:everything#args-prompt", "rate_limited", hashAP},
 	})
 	// Content-free: the events carry no resource or prompt text.
 	evs, err := e.st.EventsByRun(t.Context(), tenant, alice.ID(), -1, 0)
