@@ -105,6 +105,10 @@
 // resource limits can break it, and then towards hiding: a cost-limit or
 // context failure at list time hides the tool.
 //
+// DiscloseArgs is the same question with the arguments known and only call
+// unknown: the MCP gateway shows each resource of resources/list iff a read
+// of its URI (args {uri}) could be non-deny.
+//
 // # Concurrency
 //
 // Compile is safe for concurrent use. A *Program is immutable after

@@ -368,6 +368,9 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if err := alice.Subscribe(surfCtx(t), &mcp.SubscribeParams{URI: doc}); err != nil {
 		t.Errorf("alice subscribes to %s: %v", doc, err)
 	}
+	if err := alice.Unsubscribe(surfCtx(t), &mcp.UnsubscribeParams{URI: doc}); err != nil {
+		t.Errorf("alice unsubscribes from %s: %v", doc, err)
+	}
 	tplRef := &mcp.CompleteReference{Type: "ref/resource", URI: "demo://resource/dynamic/text/{resourceId}"}
 	rc := &mcp.CompleteParams{Ref: tplRef, Argument: mcp.CompleteParamsArgument{Name: "resourceId", Value: "3"}}
 	if comp, err := alice.Complete(surfCtx(t), rc); err != nil || !slices.Contains(comp.Completion.Values, "3") {
@@ -413,6 +416,7 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if errKnown == nil || errUnknown == nil {
 		t.Fatalf("bob reads: known %v, unknown %v; want both refused", errKnown, errUnknown)
 	}
+	errKnownRes := errKnown
 	if k, u := wireError(t, errKnown, doc), wireError(t, errUnknown, staticPrefix+"no-such-document"); k != u {
 		t.Errorf("bob: an existing resource answers %q, an unknown one %q; want alike", k, u)
 	}
@@ -436,6 +440,11 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	}
 	if err := bob.Subscribe(surfCtx(t), &mcp.SubscribeParams{URI: doc}); err == nil {
 		t.Errorf("bob subscribes to %s", doc)
+	}
+	if err := bob.Unsubscribe(surfCtx(t), &mcp.UnsubscribeParams{URI: doc}); err == nil {
+		t.Errorf("bob's unsubscribe from %s reached the upstream", doc)
+	} else if u := wireError(t, err, doc); u != wireError(t, errKnownRes, doc) {
+		t.Errorf("bob's unsubscribe answers %q, want it like an unknown resource", u)
 	}
 	// Every refusal is recorded: forbidden, paired, receipted (a prompt
 	// of no server is not: like an unknown tool).

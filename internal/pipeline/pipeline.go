@@ -10,6 +10,10 @@
 //	→ re-decide if a hook changed the arguments → agent.toolCalled (durable)
 //	→ invoke → after/error hooks → agent.toolReturned + receipt (durable) → result
 //
+// MCP resources, prompts and completions run the same sequence on a Target
+// (Call.Target: mcp:<server>/resource, mcp:<server>#<prompt>), and
+// DiscloseTarget filters their lists with the same decision.
+//
 // Every refusal (policy, scopes, hook, rate limit, fail-closed error) still
 // produces agent.toolCalled, agent.toolReturned{status: forbidden|rate_limited}
 // and a receipt; the tool never runs.
