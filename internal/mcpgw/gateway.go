@@ -335,6 +335,7 @@ func (g *Gateway) SetPolicy(p *policy.Program) error {
 	}
 	g.mu.Unlock()
 	g.notifyToolsChanged()
+	g.notifySurfacesChanged(old, p, nil, nil)
 	return nil
 }
 
@@ -356,6 +357,7 @@ func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
 	}
 	g.mu.Unlock()
 	g.notifyToolsChanged()
+	g.notifySurfacesChanged(oldPolicy, cfg.Policy, oldClasses, cfg.Tools)
 	for _, c := range []struct {
 		name     string
 		old, new any

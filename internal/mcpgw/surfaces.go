@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -14,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -51,6 +53,31 @@ import (
 // upstream_unavailable, timeout, audit_unavailable, ...). Its data is the
 // error object {code, message, details?} (DESIGN.md decision 8).
 const CodeRefused = -32010
+
+// notifySurfacesChanged sends notifications/resources/list_changed and
+// notifications/prompts/list_changed to every connected session when a
+// reload changed the policy (its version) or the tools: classification,
+// since either may change which resources and prompts a session is shown
+// (the SDK sends them when its own registries change; the gateway's lists
+// ignore those registries).
+func (g *Gateway) notifySurfacesChanged(oldPolicy, newPolicy *policy.Program, oldClasses, newClasses []config.ToolClass) {
+	if g.closed.Load() || (oldPolicy.Version() == newPolicy.Version() && (oldPolicy == nil) == (newPolicy == nil) &&
+		reflect.DeepEqual(oldClasses, newClasses)) {
+		return
+	}
+	// The SDK's own registries are never served (the middleware answers
+	// every resource and prompt method), so the markers stay invisible.
+	const uri, prompt = "toolgate:list-changed", "toolgate-list-changed"
+	g.server.AddResource(&mcp.Resource{Name: prompt, URI: uri},
+		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return nil, errors.New("unreachable")
+		})
+	g.server.RemoveResources(uri)
+	g.server.AddPrompt(&mcp.Prompt{Name: prompt}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return nil, errors.New("unreachable")
+	})
+	g.server.RemovePrompts(prompt)
+}
 
 // serverCaps are the capabilities u advertised in its last initialize (its
 // shared session's), or nil while it was never connected.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
 )
 
 // Issue 12 point 1 and issue 13 point 2: resources, prompts and completions
@@ -488,4 +489,42 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 		{"mcp:everything/resource", "forbidden", hashURI(dynamic)},
 		{"mcp:everything/resource", "forbidden", hashURI("demo://resource/dynamic/text/no-such")},
 	})
+}
+
+// A reload that changes the policy tells every session that its resource
+// and prompt lists may have changed, and the lists follow the new policy.
+func TestSurfacesListChangedOnReload(t *testing.T) {
+	t.Parallel()
+	env, _ := newE2EEnv(t)
+	yaml := surfacesConfig(env, "")
+	e := startGateway(t, yaml)
+	resChanged, promptsChanged := make(chan struct{}, 16), make(chan struct{}, 16)
+	bob := e.connectWith(t, keySurfBob, &mcp.ClientOptions{
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { resChanged <- struct{}{} },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { promptsChanged <- struct{}{} },
+	})
+	if u := listURIs(t, bob); len(u) != 0 {
+		t.Fatalf("bob's resources/list before the reload = %q, want none", u)
+	}
+	grant := strings.Replace(yaml, "  rules:\n", "  rules:\n    - {id: everyone-docs, effect: allow, tools: [\"mcp:everything/resource\", \"mcp:everything#*\"]}\n", 1)
+	cfg, err := config.Parse("test.yaml", []byte(grant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gw.Reload(cfg); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	for name, ch := range map[string]chan struct{}{"resources": resChanged, "prompts": promptsChanged} {
+		select {
+		case <-ch:
+		case <-surfCtx(t).Done():
+			t.Fatalf("no notifications/%s/list_changed after the reload", name)
+		}
+	}
+	if u := listURIs(t, bob); !slices.ContainsFunc(u, func(s string) bool { return strings.HasPrefix(s, staticPrefix) }) {
+		t.Errorf("bob's resources/list after the reload = %q, want everything's", u)
+	}
+	if p := listPromptNames(t, bob); !slices.Contains(p, "everything__simple-prompt") {
+		t.Errorf("bob's prompts/list after the reload = %q, want everything's", p)
+	}
 }
