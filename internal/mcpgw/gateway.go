@@ -341,8 +341,9 @@ func (g *Gateway) SetPolicy(p *policy.Program) error {
 
 // Reload installs what of cfg can change while running: the policy and the
 // tools: classification (and so descriptors, scopes and annotations),
-// atomically, then tells connected sessions their tool lists may have
-// changed. It returns the top-level sections that differ but need a
+// atomically, then tells connected sessions their tool lists (and, when
+// the policy or classification changed, their resource and prompt lists)
+// may have changed. It returns the top-level sections that differ but need a
 // restart to apply (servers, naming, store, listen, mcp, signing,
 // credentials). Errors: a catalog the new classification makes invalid
 // (the running configuration stays). Safe for concurrent use.
