@@ -64,7 +64,24 @@ type MCP struct {
 	// sessions, for stdio servers their processes) idle this long.
 	// Default 30m.
 	SessionTimeout string `yaml:"session_timeout"`
+	// MaxSessions bounds the open MCP sessions of the gateway; an
+	// initialize beyond it is refused with HTTP 503 and a JSON-RPC error.
+	// Default DefaultMaxSessions.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxSessionsPerPrincipal bounds the open MCP sessions of one
+	// principal (tenant and id); an initialize beyond it is refused with
+	// HTTP 429 and a JSON-RPC error. Default DefaultMaxSessionsPerPrincipal;
+	// at most MaxSessions.
+	MaxSessionsPerPrincipal int `yaml:"max_sessions_per_principal"`
 }
+
+// Defaults of the MCP session caps (mcp.max_sessions,
+// mcp.max_sessions_per_principal). With per_client stdio servers each
+// session may hold one process per server.
+const (
+	DefaultMaxSessions             = 512
+	DefaultMaxSessionsPerPrincipal = 32
+)
 
 // OpenWOP controls the OpenWOP HTTP surface.
 type OpenWOP struct {
@@ -136,6 +153,16 @@ type Server struct {
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
 	Timeout string            `yaml:"timeout"`
+	// InheritEnv names the variables of the gateway's environment a stdio
+	// server gets besides the minimal one (PATH, HOME, TMPDIR, TZ, LANG,
+	// LANGUAGE, LC_*) and its own Env; nothing else of the gateway's
+	// environment reaches it. Stdio only.
+	InheritEnv []string `yaml:"inherit_env"`
+	// IdleTimeout stops a per-client stdio server process (its whole
+	// process group) after this long without a request from the gateway
+	// and with none in flight or subscribed; the next use of the session
+	// starts it again. Empty: never. Stdio only.
+	IdleTimeout string `yaml:"idle_timeout"`
 	// Sessions is per_client (default: one upstream session per downstream
 	// MCP session, which relays logging, progress, sampling and
 	// elicitation) or shared (one upstream session for every client:
@@ -524,6 +551,12 @@ func (c *Config) applyDefaults() {
 	if c.MCP.MaxBodyBytes == 0 {
 		c.MCP.MaxBodyBytes = 4 << 20
 	}
+	if c.MCP.MaxSessions == 0 {
+		c.MCP.MaxSessions = DefaultMaxSessions
+	}
+	if c.MCP.MaxSessionsPerPrincipal == 0 {
+		c.MCP.MaxSessionsPerPrincipal = min(DefaultMaxSessionsPerPrincipal, c.MCP.MaxSessions)
+	}
 	for i := range c.Servers {
 		if c.Servers[i].Sessions == "" {
 			c.Servers[i].Sessions = "per_client"
@@ -544,6 +577,7 @@ var (
 	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	identRe    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 	separatorR = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,4}$`)
+	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func oneOf(v string, allowed ...string) bool {
@@ -655,6 +689,14 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	if c.MCP.MaxBodyBytes < 1024 {
 		add(at("mcp", "max_body_bytes"), "mcp.max_body_bytes %d: want at least 1024", c.MCP.MaxBodyBytes)
 	}
+	if c.MCP.MaxSessions < 1 {
+		add(at("mcp", "max_sessions"), "mcp.max_sessions %d: want at least 1", c.MCP.MaxSessions)
+	}
+	if c.MCP.MaxSessionsPerPrincipal < 1 {
+		add(at("mcp", "max_sessions_per_principal"), "mcp.max_sessions_per_principal %d: want at least 1", c.MCP.MaxSessionsPerPrincipal)
+	} else if c.MCP.MaxSessions >= 1 && c.MCP.MaxSessionsPerPrincipal > c.MCP.MaxSessions {
+		add(at("mcp", "max_sessions_per_principal"), "mcp.max_sessions_per_principal %d is above mcp.max_sessions %d", c.MCP.MaxSessionsPerPrincipal, c.MCP.MaxSessions)
+	}
 	names := map[string]bool{}
 	for i, s := range c.Servers {
 		n := at("servers", i)
@@ -680,6 +722,31 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		}
 		if s.Timeout != "" && !validDuration(s.Timeout) {
 			add(at("servers", i, "timeout"), "servers[%d].timeout %q is not a duration", i, s.Timeout)
+		}
+		if s.IdleTimeout != "" {
+			if !validDuration(s.IdleTimeout) {
+				add(at("servers", i, "idle_timeout"), "servers[%d].idle_timeout %q is not a duration", i, s.IdleTimeout)
+			} else if len(s.Command) == 0 {
+				add(at("servers", i, "idle_timeout"), "servers[%d].idle_timeout: only a stdio server (command) has a process to stop", i)
+			}
+		}
+		if len(s.InheritEnv) > 0 && len(s.Command) == 0 {
+			add(at("servers", i, "inherit_env"), "servers[%d].inherit_env: only a stdio server (command) has an environment", i)
+		}
+		seenEnv := map[string]bool{}
+		for j, name := range s.InheritEnv {
+			switch {
+			case !envName.MatchString(name):
+				add(at("servers", i, "inherit_env", j), "servers[%d].inherit_env[%d] %q: want an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", i, j, name)
+			case seenEnv[name]:
+				add(at("servers", i, "inherit_env", j), "servers[%d].inherit_env[%d] %q is a duplicate", i, j, name)
+			}
+			seenEnv[name] = true
+		}
+		for k := range s.Env {
+			if !envName.MatchString(k) {
+				add(at("servers", i, "env", k), "servers[%d].env %q: want an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", i, k)
+			}
 		}
 		for _, v := range s.Headers {
 			c.checkRefs(v, at("servers", i, "headers"), add)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -162,5 +163,49 @@ func TestNumberOutOfRange(t *testing.T) {
 	_, err := Parse("c.yaml", []byte("mcp: {max_body_bytes: 99999999999999999999}\n"))
 	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:23: want a whole number within range, got 9999999") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The session caps default to DefaultMaxSessions and
+// DefaultMaxSessionsPerPrincipal (never above max_sessions); inherit_env
+// and idle_timeout are stdio keys with checked values, every issue located.
+func TestSessionCapsAndStdioKeys(t *testing.T) {
+	cfg, err := Parse("ok.yaml", []byte(`servers:
+  - {name: fs, command: [fs-server], inherit_env: [NODE_OPTIONS, HTTPS_PROXY], idle_timeout: 5m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MCP.MaxSessions != DefaultMaxSessions || cfg.MCP.MaxSessionsPerPrincipal != DefaultMaxSessionsPerPrincipal {
+		t.Errorf("caps = %d, %d; want the defaults", cfg.MCP.MaxSessions, cfg.MCP.MaxSessionsPerPrincipal)
+	}
+	if s := cfg.Servers[0]; strings.Join(s.InheritEnv, ",") != "NODE_OPTIONS,HTTPS_PROXY" || s.IdleTimeout != "5m" {
+		t.Errorf("server = %+v", s)
+	}
+	cfg, err = Parse("small.yaml", []byte("mcp: {max_sessions: 4}\n"))
+	if err != nil || cfg.MCP.MaxSessionsPerPrincipal != 4 {
+		t.Fatalf("max_sessions 4: per principal %v, %v; want 4", cfg, err)
+	}
+	_, err = Parse("bad.yaml", []byte(`mcp: {max_sessions: -1, max_sessions_per_principal: -2}
+servers:
+  - {name: fs, command: [fs-server], inherit_env: [OK, "1BAD", OK], idle_timeout: soon, env: {"A-B": x}}
+  - {name: remote, url: "http://127.0.0.1:1/mcp", inherit_env: [HOME], idle_timeout: 1m}
+`))
+	text := fmt.Sprint(err)
+	for _, want := range []string{
+		"bad.yaml:1:", "mcp.max_sessions -1: want at least 1", "mcp.max_sessions_per_principal -2: want at least 1",
+		`bad.yaml:3:56: servers[0].inherit_env[1] "1BAD": want an environment variable name`,
+		`servers[0].inherit_env[2] "OK" is a duplicate`,
+		`servers[0].idle_timeout "soon" is not a duration`,
+		`servers[0].env "A-B": want an environment variable name`,
+		"bad.yaml:4:", "servers[1].inherit_env: only a stdio server", "servers[1].idle_timeout: only a stdio server",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("issues lack %q:\n%s", want, text)
+		}
+	}
+	_, err = Parse("above.yaml", []byte("mcp: {max_sessions: 4, max_sessions_per_principal: 5}\n"))
+	if err == nil || !strings.Contains(err.Error(), "above.yaml:1:52: mcp.max_sessions_per_principal 5 is above mcp.max_sessions 4") {
+		t.Errorf("per principal above the total: %v", err)
 	}
 }

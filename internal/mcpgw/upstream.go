@@ -39,7 +39,7 @@ var testHookSessionEnded atomic.Pointer[func(server string, pid int)]
 // immutable; safe for concurrent use.
 type dialer struct {
 	cfg     config.Server
-	env     []string          // resolved KEY=value pairs added to the environment (stdio)
+	env     []string          // resolved KEY=value pairs of the server's env: (stdio), sorted by key
 	headers map[string]string // resolved headers (Streamable HTTP)
 	client  *http.Client
 }
@@ -108,10 +108,12 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 	var cmd *exec.Cmd
 	if len(d.cfg.Command) > 0 {
 		cmd = exec.Command(d.cfg.Command[0], d.cfg.Command[1:]...)
-		cmd.Env = append(os.Environ(), d.env...)
+		// Not the gateway's environment: it holds the values behind
+		// other servers' credentials (issue 12 §3).
+		cmd.Env = stdioEnv(os.Environ(), d.cfg.InheritEnv, d.env)
 		cmd.Dir = d.cfg.Cwd
 		cmd.Stderr = nil // discarded; a noisy server must not block on a full pipe
-		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		transport = &stdioTransport{cmd: cmd}
 	} else {
 		hc := d.httpClient()
 		// MaxRetries stays the SDK's default (5): a server may end an SSE
