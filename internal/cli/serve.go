@@ -85,7 +85,8 @@ log (GET /v1/runs/{runId}/events, SSE at /v1/events/stream) and POST /v1/policy/
 gate, store and credentials; openwop.test_seams: true adds the conformance seams under /v1/host/sample/.
 
 /healthz answers 200 while the process runs; /readyz answers 200 once every upstream server has
-been connected and listed. SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
+been connected and listed (its body counts the open MCP sessions and upstream processes; /metrics
+has them too). SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
 reloads the policy from --config (kept unchanged if the new file has issues).`,
 		Example: `  toolgate serve
   toolgate serve --config toolgate.yaml`,
@@ -253,13 +254,17 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		for _, h := range webhooks {
 			fmt.Fprintf(w, "toolgate_hook_dropped_total{hook=%q} %d\n", h.Name(), h.Dropped())
 		}
+		gw.WriteMetrics(w)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !gw.Ready() {
-			http.Error(w, "upstream servers are still connecting", http.StatusServiceUnavailable)
-			return
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "upstream servers are still connecting\n")
+		} else {
+			io.WriteString(w, "ready\n")
 		}
-		io.WriteString(w, "ready\n")
+		gw.WriteReadiness(w)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serving = true                    // srv.Serve closes ln

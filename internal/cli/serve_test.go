@@ -49,12 +49,17 @@ func TestServeQuickStart(t *testing.T) {
 		t.Fatalf("serve printed no URL or key; stderr: %s", errb.String())
 	}
 	base := strings.TrimSuffix(url, "/mcp")
-	for _, p := range []string{"/healthz", "/readyz"} {
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(base + p)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET %s: %v %v", p, resp, err)
 		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		// The session and process counts (issue 12 §4).
+		if want := map[string]string{"/readyz": "ready\nsessions 0/512\nupstream_processes 0\n", "/metrics": "toolgate_mcp_sessions 0\n"}[p]; want != "" && !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %q, want %q in it", p, b, want)
+		}
 	}
 
 	connect := func(k string) (*mcp.ClientSession, error) {

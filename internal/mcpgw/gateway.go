@@ -117,9 +117,12 @@ type Gateway struct {
 	classes []config.ToolClass // tools: classification (reloadable), under mu
 	surface atomic.Pointer[surface]
 
-	sessions sync.Map // downstream session id → *dsession
-	updates  sync.Map // relayed resources/updated params → its one *mcp.ServerSession (session.go)
-	closed   atomic.Bool
+	sessions  sync.Map       // downstream session id → *dsession
+	limits    *sessionLimits // mcp.max_sessions, mcp.max_sessions_per_principal (limits.go)
+	notifyMu  sync.Mutex     // orders notification passes and new sessions' first view (listchanged.go)
+	idleStops atomic.Int64   // per-client upstream sessions stopped for idleness
+	updates   sync.Map       // relayed resources/updated params → its one *mcp.ServerSession (session.go)
+	closed    atomic.Bool
 
 	// Direct tools/call (direct.go).
 	userApprover    atomic.Bool  // the policy has an `approver: user` rule
@@ -136,15 +139,20 @@ type upstream struct {
 	cfg     config.Server
 	d       *dialer
 	timeout time.Duration
+	idle    time.Duration // servers[].idle_timeout of a per-client stdio session (0: never stopped)
 	shared  *conn
 	caller  *upCaller // tools/call on a Streamable HTTP upstream's sessions (upcall.go); nil for stdio
 
 	refreshMu sync.Mutex // serialises refreshTools
 	mu        sync.Mutex
 	tools     []*mcp.Tool // from the shared session's last tools/list
-	listed    chan struct{}
-	once      sync.Once
-	initRes   *mcp.InitializeResult
+	// A re-list scheduled after a tools/list_changed (listchanged.go), and
+	// the session to list on.
+	refreshPending bool
+	refreshOn      *mcp.ClientSession
+	listed         chan struct{}
+	once           sync.Once
+	initRes        *mcp.InitializeResult
 }
 
 // surface is the MCP-surface view of one catalog: names, sorted.
@@ -172,7 +180,7 @@ func New(opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy,
-		classes: opts.Config.Tools, protocols: sessionProtocols()}
+		classes: opts.Config.Tools, protocols: sessionProtocols(), limits: newSessionLimits(opts.Config.MCP)}
 	resolve := func(name string) (string, error) {
 		cr, ok := g.cfg.Credentials[name]
 		if !ok {
@@ -205,6 +213,9 @@ func New(opts Options) (*Gateway, error) {
 		if srv.Timeout != "" {
 			u.timeout, _ = config.ParseDuration(srv.Timeout)
 		}
+		if srv.IdleTimeout != "" && len(srv.Command) > 0 {
+			u.idle, _ = config.ParseDuration(srv.IdleTimeout)
+		}
 		g.ups[srv.Name] = u
 		g.order = append(g.order, srv.Name)
 	}
@@ -230,9 +241,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	for _, name := range g.order {
 		u := g.ups[name]
-		u.shared = newConn(u.d, g.sharedClientOptions(u), "", log.With("server", name), func(cs *mcp.ClientSession) {
+		u.shared = newConn(u.d, connConfig{opts: g.sharedClientOptions(u), log: log.With("server", name), onUp: func(cs *mcp.ClientSession) {
 			g.refreshTools(u, cs)
-		})
+		}})
 	}
 	return g, nil
 }
@@ -259,7 +270,7 @@ func (g *Gateway) sharedClientOptions(u *upstream) *mcp.ClientOptions {
 	return &mcp.ClientOptions{
 		Logger: g.log,
 		ToolListChangedHandler: func(ctx context.Context, req *mcp.ToolListChangedRequest) {
-			go g.refreshTools(u, req.Session)
+			g.scheduleRefresh(u, req.Session)
 		},
 	}
 }
@@ -374,23 +385,6 @@ func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
 		}
 	}
 	return restart, nil
-}
-
-// notifyToolsChanged sends notifications/tools/list_changed to every
-// connected session (the SDK sends it when its tool registry changes; the
-// gateway's own tools/list ignores that registry).
-func (g *Gateway) notifyToolsChanged() {
-	if g.closed.Load() {
-		return
-	}
-	// Never a surface name ('.'), yet a valid SDK tool name (the SDK logs
-	// an error for a name outside [A-Za-z0-9_.-]).
-	const marker = "toolgate.list-changed"
-	g.server.AddTool(&mcp.Tool{Name: marker, InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return nil, errors.New("unreachable")
-		})
-	g.server.RemoveTools(marker)
 }
 
 func (g *Gateway) rebuild() error {
@@ -537,7 +531,13 @@ const principalKey = "toolgate/principal"
 func (g *Gateway) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
-		case "initialize", "notifications/initialized", "ping", "notifications/cancelled", "notifications/progress",
+		case "initialize":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				g.sessionInitialized(req)
+			}
+			return res, err
+		case "notifications/initialized", "ping", "notifications/cancelled", "notifications/progress",
 			"notifications/roots/list_changed":
 			return next(ctx, method, req)
 		}
@@ -880,7 +880,7 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 				// one client to go to.
 				h.OnNotification = func(_ context.Context, method string, _ json.RawMessage) {
 					if method == "notifications/tools/list_changed" {
-						go g.refreshTools(u, cs)
+						g.scheduleRefresh(u, cs)
 					}
 				}
 			case ds != nil && ds.ss != nil:

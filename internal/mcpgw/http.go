@@ -32,7 +32,10 @@ import (
 //     one that is JSON but not a JSON-RPC 2.0 message object 400 with -32600
 //     (JSON-RPC 2.0 §5.1). A DELETE marks the session closing, so the direct
 //     path leaves its later requests to the SDK (404).
-//  5. The go-sdk Streamable HTTP handler serves the rest, with the principal as
+//  5. An initialize that would open a session beyond mcp.max_sessions_per_principal
+//     answers 429, beyond mcp.max_sessions 503, each with JSON-RPC error
+//     CodeTooManySessions (limits.go).
+//  6. The go-sdk Streamable HTTP handler serves the rest, with the principal as
 //     the session's user: a session is bound to the principal that opened
 //     it (a request of another principal gets 403).
 func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
@@ -44,7 +47,7 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 			return nil, mcpauth.ErrInvalidToken
 		}
 		return &mcpauth.TokenInfo{Scopes: p.Scopes, UserID: p.Tenant + "\x00" + p.ID,
-			Extra: map[string]any{principalKey: p}}, nil
+			Extra: map[string]any{principalKey: p, slotExtraKey: slotFrom(r.Context())}}, nil
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	inner := bearer(sdk)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +111,15 @@ func (g *Gateway) Handler(a Authenticator, maxBody int64) http.Handler {
 				jsonRPCError(w, http.StatusBadRequest, -32600, `invalid request: not a JSON-RPC 2.0 message ("jsonrpc": "2.0" with a method, a result or an error)`)
 				return
 			}
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && isInitialize(body) {
+			// A new session: within the session caps (limits.go).
+			slot := g.admitSession(w, body, p)
+			if slot == nil {
+				return
+			}
+			defer slot.releaseUnclaimed() // unless the session took it
+			r = r.WithContext(withSlot(r.Context(), slot))
 		}
 		if r.Header.Get("Authorization") == "" {
 			// Authenticated by X-API-Key; the SDK's bearer middleware only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
 )
@@ -226,4 +229,189 @@ func TestStdioServerHelpersDoNotSurvive(t *testing.T) {
 	if n := len(spawnedPIDs(t, pidFile)); n != 4 {
 		t.Errorf("%d helpers were started, want 4 (shared, alice, bob, bob restarted)", n)
 	}
+}
+
+// waitFor polls cond until it holds, or fails the test after e2eWait.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(e2eWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricsText is the gateway's /metrics part.
+func metricsText(g *Gateway) string {
+	var b strings.Builder
+	g.WriteMetrics(&b)
+	return b.String()
+}
+
+// tooManySessions checks a refused initialize: HTTP status, JSON-RPC error
+// CodeTooManySessions answering id 7, naming the limit.
+func tooManySessions(t *testing.T, e *e2eGateway, key string, status int, limit string) {
+	t.Helper()
+	body := strings.Replace(initializeBody, `"id":1`, `"id":7`, 1)
+	code, hdr, b := postMCP(t, e, key, body, nil)
+	var resp struct {
+		ID    int `json:"id"`
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+			Data    struct {
+				Limit string `json:"limit"`
+				Max   int    `json:"max"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(b, &resp); err != nil || code != status || hdr.Get("Mcp-Session-Id") != "" ||
+		resp.ID != 7 || resp.Error.Code != CodeTooManySessions || resp.Error.Data.Limit != limit || !strings.Contains(resp.Error.Message, limit) {
+		t.Fatalf("initialize beyond %s: HTTP %d, session %q, %s; want %d with JSON-RPC error %d", limit, code, hdr.Get("Mcp-Session-Id"), b, status, CodeTooManySessions)
+	}
+}
+
+// mcp.max_sessions_per_principal and mcp.max_sessions refuse an initialize
+// beyond them (429 and 503, JSON-RPC error -32001); an ended session and a
+// failed initialize give their place back; sessions and upstream processes
+// are counted in the readiness and metrics output.
+func TestSessionCaps(t *testing.T) {
+	npm := npmDeps(t)
+	e := startGateway(t, lifecycleConfig(fmt.Sprintf("  - {name: everything, command: [%s, %s, stdio]}", yamlQuote(npm.node), yamlQuote(npm.everything)),
+		"mcp: {max_sessions: 3, max_sessions_per_principal: 2}\n"))
+	stats := func() Stats { return e.gw.Stats() }
+	if st := stats(); st.Sessions != 0 || st.Processes["everything"] != 1 || st.MaxSessions != 3 || st.MaxSessionsPerPrincipal != 2 {
+		t.Fatalf("at start: %+v; want no session and the shared session's process", st)
+	}
+	a1, a2 := e.connect(t, keyAlice), e.connect(t, keyAlice)
+	for _, cs := range []*mcp.ClientSession{a1, a2} {
+		mustOK(t, "echo", callTool(t, cs, "echo", map[string]any{"message": "hi"}))
+	}
+	if st := stats(); st.Sessions != 2 || st.Processes["everything"] != 3 {
+		t.Fatalf("two sessions that used the server: %+v; want 2 sessions, 3 processes", st)
+	}
+	tooManySessions(t, e, keyAlice, http.StatusTooManyRequests, "mcp.max_sessions_per_principal")
+	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)
+	hc := &http.Client{Transport: bearerRT{base: e.srv.Client().Transport, key: keyAlice}}
+	if cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: e.url, HTTPClient: hc}, nil); err == nil {
+		cs.Close()
+		t.Fatal("the Go SDK client opened a third session for alice")
+	}
+
+	// A failed initialize takes no place.
+	code, _, b := postMCP(t, e, keyBob, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":"bad"}`, nil)
+	if code == http.StatusOK && !strings.Contains(string(b), `"error"`) {
+		t.Fatalf("a bad initialize succeeded: %d %s", code, b)
+	}
+	if st := stats(); st.Sessions != 2 {
+		t.Fatalf("after a failed initialize: %d sessions, want 2", st.Sessions)
+	}
+	bob := e.connect(t, keyBob)
+	mustOK(t, "echo", callTool(t, bob, "echo", map[string]any{"message": "hi"}))
+	tooManySessions(t, e, keyBob, http.StatusServiceUnavailable, "mcp.max_sessions")
+
+	var ready strings.Builder
+	e.gw.WriteReadiness(&ready)
+	if got := ready.String(); got != "sessions 3/3\nupstream_processes 4\n" {
+		t.Errorf("readiness counts = %q", got)
+	}
+	m := metricsText(e.gw)
+	for _, want := range []string{"toolgate_mcp_sessions 3\n", "toolgate_mcp_sessions_max 3\n", `toolgate_upstream_processes{server="everything"} 4` + "\n",
+		`toolgate_mcp_sessions_refused_total{limit="mcp.max_sessions"} 1` + "\n",
+		`toolgate_mcp_sessions_refused_total{limit="mcp.max_sessions_per_principal"} 2` + "\n"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
+	}
+
+	// An ended session (DELETE) gives its place and its process back.
+	if err := a1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the closed session's place and process", func() bool {
+		st := stats()
+		return st.Sessions == 2 && st.Processes["everything"] == 3
+	})
+	a3 := e.connect(t, keyAlice)
+	mustOK(t, "echo", callTool(t, a3, "echo", map[string]any{"message": "again"}))
+}
+
+// A per-client stdio server idle for servers[].idle_timeout is stopped
+// (its process group ends) and started again, transparently, on the
+// session's next call; a call running longer than the timeout is not cut.
+func TestIdleUpstreamStopped(t *testing.T) {
+	npm := npmDeps(t)
+	pidFile := filepath.Join(t.TempDir(), "helpers")
+	e := startGateway(t, lifecycleConfig(fmt.Sprintf("  - {name: everything, command: %s, idle_timeout: 400ms}", helperWrapper(npm, pidFile)), ""))
+	alice := e.connect(t, keyAlice)
+	sid := alice.ID()
+	mustOK(t, "echo", callTool(t, alice, "echo", map[string]any{"message": "one"}))
+	first, ok := e.gw.Process(sid, "everything")
+	if !ok {
+		t.Fatal("no process for the session")
+	}
+	helper := waitSpawned(t, pidFile, 2)[1]
+	waitDead(t, "the idle server", first, helper)
+	waitUntil(t, "the idle stop to be counted", func() bool {
+		st := e.gw.Stats()
+		_, running := e.gw.Process(sid, "everything")
+		return st.IdleStops == 1 && st.Processes["everything"] == 1 && !running
+	})
+	if m := metricsText(e.gw); !strings.Contains(m, "toolgate_upstream_idle_stops_total 1\n") {
+		t.Errorf("metrics lack the idle stop:\n%s", m)
+	}
+
+	// The next call starts it again; a call longer than the idle timeout
+	// runs to its end.
+	res := callTool(t, alice, "echo", map[string]any{"message": "two"})
+	mustOK(t, "echo after the idle stop", res)
+	if got := resultText(res); got != "Echo: two" {
+		t.Fatalf("echo = %q", got)
+	}
+	second, ok := e.gw.Process(sid, "everything")
+	if !ok || second == first {
+		t.Fatalf("after the idle stop: process %d, %v; want a new one", second, ok)
+	}
+	res = callTool(t, alice, "trigger-long-running-operation", map[string]any{"duration": 2, "steps": 2})
+	mustOK(t, "a call longer than idle_timeout", res)
+	if !strings.Contains(resultText(res), "completed") {
+		t.Fatalf("long call = %q", resultText(res))
+	}
+	if st := e.gw.Stats(); st.IdleStops != 1 {
+		t.Errorf("%d idle stops, want 1 (the long call was stopped?)", st.IdleStops)
+	}
+}
+
+// A per-client stdio server with a resource subscription is not idle (it
+// owes its session updates): it outlives a later-used, unsubscribed one,
+// and is stopped once unsubscribed.
+func TestIdleUpstreamKeptWhileSubscribed(t *testing.T) {
+	npm := npmDeps(t)
+	e := startGateway(t, lifecycleConfig(fmt.Sprintf("  - {name: everything, command: [%s, %s, stdio], idle_timeout: 400ms}",
+		yamlQuote(npm.node), yamlQuote(npm.everything)), ""))
+	const uri = "demo://resource/dynamic/text/1"
+	sub := e.connect(t, keyAlice)
+	mustOK(t, "echo", callTool(t, sub, "echo", map[string]any{"message": "sub"}))
+	if err := sub.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("resources/subscribe: %v", err)
+	}
+	subPID, _ := e.gw.Process(sub.ID(), "everything")
+	// Used after the subscription (its start-up alone outlasts a tick of
+	// the idle check), so the subscribed one would be stopped first.
+	other := e.connect(t, keyBob)
+	mustOK(t, "echo", callTool(t, other, "echo", map[string]any{"message": "other"}))
+	otherPID, _ := e.gw.Process(other.ID(), "everything")
+	waitDead(t, "the unsubscribed idle server", otherPID)
+	if _, ok := e.gw.Process(sub.ID(), "everything"); !ok || !alive(subPID) {
+		t.Fatal("the subscribed server was stopped as idle")
+	}
+	if n := e.gw.Stats().IdleStops; n != 1 {
+		t.Errorf("%d idle stops, want 1", n)
+	}
+	if err := sub.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("resources/unsubscribe: %v", err)
+	}
+	waitDead(t, "the server once unsubscribed", subPID)
 }

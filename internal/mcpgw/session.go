@@ -39,11 +39,13 @@ type dsession struct {
 	opened   map[string]string        // server → tool-session id of tool.session.opened
 	logLevel mcp.LoggingLevel         // last logging/setLevel, replayed on new upstream sessions
 	closed   bool
+	view     [32]byte // viewDigest of the tools the session was last told of (listchanged.go)
 
 	closeOnce sync.Once // close: a second caller waits for the first to finish
 
 	sdkSeen atomic.Int64 // when the SDK last served a request of the session (Unix ns; direct.go)
 	closing atomic.Bool  // the session is terminated or ending: the direct path leaves its requests to the SDK (404)
+	owed    atomic.Bool  // a tools/list_changed is due to the session (listchanged.go)
 }
 
 // dsession returns the state of ss, creating it (and a watcher that closes
@@ -57,7 +59,13 @@ func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession 
 	}
 	ds := &dsession{g: g, id: ss.ID(), ss: ss, principal: p, conns: map[string]*conn{}, ready: map[string]chan struct{}{}, opened: map[string]string{}}
 	ds.touch()
-	if v, loaded := g.sessions.LoadOrStore(ss.ID(), ds); loaded {
+	// The view the session starts with, taken in order with the
+	// notification passes, so that a change is either in it or notified.
+	g.notifyMu.Lock()
+	ds.view = g.viewDigest(context.Background(), p, nil)
+	v, loaded := g.sessions.LoadOrStore(ss.ID(), ds)
+	g.notifyMu.Unlock()
+	if loaded {
 		return v.(*dsession)
 	}
 	go func() {
@@ -91,9 +99,12 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 		case <-ready:
 		case <-ctx.Done():
 		}
-		return c.session()
+		// A process stopped for idleness starts again here.
+		wctx, cancel := context.WithTimeout(ctx, connectWait)
+		defer cancel()
+		return c.get(wctx)
 	}
-	c = newConn(u.d, ds.clientOptions(u), ds.g.negotiated(ds.ss), ds.g.log.With("server", u.name, "session", ds.id), func(cs *mcp.ClientSession) {
+	onUp := func(cs *mcp.ClientSession) {
 		ds.mu.Lock()
 		lvl := ds.logLevel
 		ds.mu.Unlock()
@@ -102,7 +113,9 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 			cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: lvl})
 			cancel()
 		}
-	}, ds.clientMiddleware)
+	}
+	c = newConn(u.d, connConfig{opts: ds.clientOptions(u), version: ds.g.negotiated(ds.ss), idle: u.idle, idleStops: &ds.g.idleStops,
+		log: ds.g.log.With("server", u.name, "session", ds.id), onUp: onUp, mw: []mcp.Middleware{ds.clientMiddleware}})
 	ds.conns[u.name] = c
 	ready := make(chan struct{})
 	ds.ready[u.name] = ready
@@ -329,6 +342,10 @@ func (g *Gateway) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if to, ok := g.updates.Load(req.GetParams()); ok && to != req.GetSession() {
 				return nil, nil
 			}
+		case "notifications/tools/list_changed":
+			if ss, _ := req.GetSession().(*mcp.ServerSession); !g.listChangedOwed(ss) {
+				return nil, nil
+			}
 		}
 		return next(ctx, method, req)
 	}
@@ -375,7 +392,8 @@ func (ds *dsession) setLogLevel(ctx context.Context, p *mcp.SetLoggingLevelParam
 	}
 	ds.mu.Unlock()
 	for _, c := range conns {
-		if cs, err := c.session(); err == nil {
+		// A parked upstream session gets the level when it starts again.
+		if cs := c.live(); cs != nil {
 			cs.SetLoggingLevel(ctx, p)
 		}
 	}

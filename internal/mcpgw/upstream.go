@@ -97,13 +97,17 @@ func (d *dialer) httpClient() *http.Client {
 	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
 }
 
-// dial connects one client session with opts and receiving middleware mw,
+// dial connects one client session with opts, sending middleware send
+// (nil: none) and receiving middleware mw,
 // asking for MCP protocol version (the SDK's latest when ""; the server
 // may answer another it supports). For a stdio server it starts the
 // process; cmd is then the started command (nil for HTTP).
-func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version string, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
+func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version string, send mcp.Middleware, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: Version}, opts)
 	client.AddReceivingMiddleware(mw...)
+	if send != nil {
+		client.AddSendingMiddleware(send)
+	}
 	var transport mcp.Transport
 	var cmd *exec.Cmd
 	if len(d.cfg.Command) > 0 {
@@ -136,39 +140,135 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 // in the background, reconnected with backoff when it ends, until closed.
 // Safe for concurrent use.
 type conn struct {
-	server  string
-	d       *dialer
-	opts    *mcp.ClientOptions
-	version string           // protocol version to ask for ("" = the SDK's latest)
-	mw      []mcp.Middleware // receiving middleware of each session
-	log     *slog.Logger
-	onUp    func(*mcp.ClientSession) // called after each (re)connect, may be nil
+	server    string
+	d         *dialer
+	opts      *mcp.ClientOptions
+	version   string           // protocol version to ask for ("" = the SDK's latest)
+	mw        []mcp.Middleware // receiving middleware of each session
+	log       *slog.Logger
+	onUp      func(*mcp.ClientSession) // called after each (re)connect, may be nil
+	idle      time.Duration            // stop the session after this long unused (0: never); see reapIdle
+	idleStops *atomic.Int64            // counts reapIdle's stops; may be nil
 
-	mu      sync.Mutex
-	cs      *mcp.ClientSession // nil while down
-	cmd     *exec.Cmd
-	lastErr error
-	upCh    chan struct{} // closed when connected; replaced when the session ends
-	closed  bool
-	stop    chan struct{}
-	done    chan struct{}
+	mu       sync.Mutex
+	cs       *mcp.ClientSession // nil while down or parked
+	cmd      *exec.Cmd
+	lastErr  error
+	upCh     chan struct{} // closed when connected; replaced when the session ends
+	closed   bool
+	parked   bool                // stopped for idleness: the next get starts it again
+	wake     chan struct{}       // (capacity 1) a get asks a parked conn to connect
+	lastUse  time.Time           // of the session: the last get or request sent
+	inflight int                 // requests sent on the session and not yet answered
+	subs     map[string]struct{} // resource URIs subscribed on the session
+	stop     chan struct{}
+	done     chan struct{}
 }
 
-// newConn starts supervising a session to d's server, speaking protocol
-// version ("" = the SDK's latest); mw is the receiving middleware of each
-// of its client sessions.
-func newConn(d *dialer, opts *mcp.ClientOptions, version string, log *slog.Logger, onUp func(*mcp.ClientSession), mw ...mcp.Middleware) *conn {
-	c := &conn{server: d.cfg.Name, d: d, opts: opts, version: version, mw: mw, log: log, onUp: onUp,
-		upCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+// connConfig configures newConn.
+type connConfig struct {
+	opts    *mcp.ClientOptions
+	version string // protocol version to ask for ("" = the SDK's latest)
+	// idle > 0 stops a session unused for idle (for stdio, its process
+	// group); the next get starts it again. idleStops, if not nil, counts
+	// those stops.
+	idle      time.Duration
+	idleStops *atomic.Int64
+	log       *slog.Logger
+	onUp      func(*mcp.ClientSession) // called after each (re)connect, may be nil
+	mw        []mcp.Middleware         // receiving middleware of each client session
+}
+
+// newConn starts supervising a session to d's server.
+func newConn(d *dialer, cc connConfig) *conn {
+	c := &conn{server: d.cfg.Name, d: d, opts: cc.opts, version: cc.version, mw: cc.mw, log: cc.log, onUp: cc.onUp,
+		idle: cc.idle, idleStops: cc.idleStops,
+		upCh: make(chan struct{}), wake: make(chan struct{}, 1), subs: map[string]struct{}{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
 
-// run connects, waits for the session to end and reconnects with backoff.
+// track is the sending middleware of c's sessions: it counts the requests
+// in flight, notes the last use and the resource subscriptions (a
+// subscribed session waits for updates, so it is not idle).
+func (c *conn) track(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		c.mu.Lock()
+		c.inflight++
+		c.lastUse = time.Now()
+		c.mu.Unlock()
+		res, err := next(ctx, method, req)
+		c.mu.Lock()
+		c.inflight--
+		c.lastUse = time.Now()
+		if err == nil {
+			switch p := req.GetParams().(type) {
+			case *mcp.SubscribeParams:
+				c.subs[p.URI] = struct{}{}
+			case *mcp.UnsubscribeParams:
+				delete(c.subs, p.URI)
+			}
+		}
+		c.mu.Unlock()
+		return res, err
+	}
+}
+
+// reapIdle stops cs once it has been idle for c.idle: no request in flight,
+// no resource subscribed and none sent (nor a get) for that long. It
+// returns when cs ends.
+func (c *conn) reapIdle(cs *mcp.ClientSession, ended <-chan struct{}) {
+	tick := time.NewTicker(max(c.idle/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ended:
+			return
+		case <-tick.C:
+		}
+		c.mu.Lock()
+		if c.cs != cs || c.closed {
+			c.mu.Unlock()
+			return
+		}
+		if c.inflight > 0 || len(c.subs) > 0 || time.Since(c.lastUse) < c.idle {
+			c.mu.Unlock()
+			continue
+		}
+		// From here on a get sees the conn parked and wakes it.
+		c.cs, c.cmd, c.parked = nil, nil, true
+		c.lastErr = errors.New("stopped while idle")
+		c.upCh = make(chan struct{})
+		c.mu.Unlock()
+		c.log.Info("upstream session idle; stopping it until its next use", "idle_timeout", c.idle)
+		cs.Close()
+		if c.idleStops != nil {
+			c.idleStops.Add(1)
+		}
+		return
+	}
+}
+
+// run connects, waits for the session to end and reconnects with backoff;
+// a session stopped for idleness is connected again when a get asks.
 func (c *conn) run() {
 	defer close(c.done)
 	backoff := minBackoff
 	for {
+		c.mu.Lock()
+		parked := c.parked
+		c.mu.Unlock()
+		if parked {
+			select {
+			case <-c.stop:
+				return
+			case <-c.wake:
+			}
+			c.mu.Lock()
+			c.parked = false
+			c.mu.Unlock()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		go func() {
 			select {
@@ -177,7 +277,11 @@ func (c *conn) run() {
 			case <-ctx.Done():
 			}
 		}()
-		cs, cmd, err := c.d.dial(ctx, c.opts, c.version, c.mw...)
+		var send mcp.Middleware
+		if c.idle > 0 {
+			send = c.track
+		}
+		cs, cmd, err := c.d.dial(ctx, c.opts, c.version, send, c.mw...)
 		cancel()
 		if err == nil {
 			c.mu.Lock()
@@ -187,15 +291,30 @@ func (c *conn) run() {
 				return
 			}
 			c.cs, c.cmd, c.lastErr = cs, cmd, nil
+			c.lastUse, c.inflight, c.subs = time.Now(), 0, map[string]struct{}{}
 			close(c.upCh)
 			c.mu.Unlock()
 			c.log.Info("upstream connected")
 			if c.onUp != nil {
 				c.onUp(cs)
 			}
+			ended := make(chan struct{})
+			if c.idle > 0 {
+				go c.reapIdle(cs, ended)
+			}
 			start := time.Now()
 			werr := cs.Wait()
+			close(ended)
 			c.mu.Lock()
+			if c.parked { // reapIdle stopped it
+				closed := c.closed
+				c.mu.Unlock()
+				if closed {
+					return
+				}
+				backoff = minBackoff
+				continue
+			}
 			pid := 0
 			if c.cmd != nil && c.cmd.Process != nil {
 				pid = c.cmd.Process.Pid
@@ -235,11 +354,13 @@ func (c *conn) run() {
 	}
 }
 
-// session returns the live session, or upstream_unavailable while down.
+// session returns the live session, or upstream_unavailable while down
+// or parked.
 func (c *conn) session() (*mcp.ClientSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cs != nil {
+		c.lastUse = time.Now()
 		return c.cs, nil
 	}
 	msg := fmt.Sprintf("upstream server %s is not connected", c.server)
@@ -247,6 +368,37 @@ func (c *conn) session() (*mcp.ClientSession, error) {
 		msg += ": " + c.lastErr.Error()
 	}
 	return nil, errcode.New(errcode.UpstreamUnavailable, msg)
+}
+
+// get returns the live session; a conn parked for idleness is connected
+// again (get waits until it is up or ctx ends); while down (a crashed
+// server being restarted) it answers upstream_unavailable at once.
+func (c *conn) get(ctx context.Context) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	if c.cs != nil {
+		c.lastUse = time.Now()
+		cs := c.cs
+		c.mu.Unlock()
+		return cs, nil
+	}
+	if !c.parked || c.closed {
+		c.mu.Unlock()
+		return c.session()
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default: // already asked
+	}
+	c.mu.Unlock()
+	return c.waitUp(ctx)
+}
+
+// live returns the session if it is connected, else nil; it does not
+// count as a use.
+func (c *conn) live() *mcp.ClientSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cs
 }
 
 // waitUp waits until the session is connected or ctx ends, and returns
