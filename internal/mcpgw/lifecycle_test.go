@@ -363,18 +363,30 @@ func TestIdleUpstreamStopped(t *testing.T) {
 		t.Errorf("metrics lack the idle stop:\n%s", m)
 	}
 
-	// The next call starts it again; a call longer than the idle timeout
-	// runs to its end.
-	res := callTool(t, alice, "echo", map[string]any{"message": "two"})
-	mustOK(t, "echo after the idle stop", res)
-	if got := resultText(res); got != "Echo: two" {
-		t.Fatalf("echo = %q", got)
+	// The next calls (concurrent: each waits for the start) start it
+	// again; a call longer than the idle timeout runs to its end.
+	results := make(chan *mcp.CallToolResult, 3)
+	for i := range 3 {
+		go func() {
+			res, err := tryCall(t, alice, "echo", map[string]any{"message": fmt.Sprint("two-", i)})
+			if err != nil {
+				res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+			}
+			results <- res
+		}()
+	}
+	for range 3 {
+		res := <-results
+		mustOK(t, "echo after the idle stop", res)
+		if got := resultText(res); !strings.HasPrefix(got, "Echo: two-") {
+			t.Fatalf("echo = %q", got)
+		}
 	}
 	second, ok := e.gw.Process(sid, "everything")
 	if !ok || second == first {
 		t.Fatalf("after the idle stop: process %d, %v; want a new one", second, ok)
 	}
-	res = callTool(t, alice, "trigger-long-running-operation", map[string]any{"duration": 2, "steps": 2})
+	res := callTool(t, alice, "trigger-long-running-operation", map[string]any{"duration": 2, "steps": 2})
 	mustOK(t, "a call longer than idle_timeout", res)
 	if !strings.Contains(resultText(res), "completed") {
 		t.Fatalf("long call = %q", resultText(res))

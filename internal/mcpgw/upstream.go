@@ -260,14 +260,13 @@ func (c *conn) run() {
 		parked := c.parked
 		c.mu.Unlock()
 		if parked {
+			// Until the session is up again (or fails to start), gets
+			// still see the conn parked and wait for it.
 			select {
 			case <-c.stop:
 				return
 			case <-c.wake:
 			}
-			c.mu.Lock()
-			c.parked = false
-			c.mu.Unlock()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		go func() {
@@ -290,8 +289,12 @@ func (c *conn) run() {
 				cs.Close()
 				return
 			}
-			c.cs, c.cmd, c.lastErr = cs, cmd, nil
+			c.cs, c.cmd, c.lastErr, c.parked = cs, cmd, nil, false
 			c.lastUse, c.inflight, c.subs = time.Now(), 0, map[string]struct{}{}
+			select {
+			case <-c.wake: // a get's request to start it, now served
+			default:
+			}
 			close(c.upCh)
 			c.mu.Unlock()
 			c.log.Info("upstream connected")
@@ -340,6 +343,7 @@ func (c *conn) run() {
 		} else {
 			c.mu.Lock()
 			c.lastErr = err
+			c.parked = false // down: retried with backoff, as after a crash
 			c.mu.Unlock()
 			c.log.Warn("upstream connect failed; retrying", "err", err, "backoff", backoff)
 		}
@@ -436,6 +440,9 @@ func (c *conn) close() {
 	c.closed = true
 	cs := c.cs
 	close(c.stop)
+	if c.parked {
+		close(c.upCh) // gets waiting for the start see it closed
+	}
 	c.mu.Unlock()
 	if cs != nil {
 		cs.Close()
