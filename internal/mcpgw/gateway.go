@@ -17,6 +17,12 @@
 // cheaper, but nothing is relayed. Either way the gateway keeps one shared
 // session per server for tools/list and readiness.
 //
+// Sessions are capped (mcp.max_sessions, mcp.max_sessions_per_principal;
+// limits.go); a per-client stdio server idle for servers[].idle_timeout is
+// stopped until its session's next use. Stdio servers get a minimal
+// environment and run in their own process group, ended with them
+// (stdio.go).
+//
 // Resources, prompts and completions are gated like tools (surfaces.go):
 // each server's resources are the target mcp:<server>/resource and each
 // prompt mcp:<server>#<prompt>; lists are filtered by the same disclosure,
