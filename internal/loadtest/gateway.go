@@ -32,6 +32,9 @@ listen: 127.0.0.1:0
 store: {driver: sqlite, dsn: %s/toolgate.db}
 signing: {key_file: %s/toolgate.key}
 audit: {durability: sync, content: hash}
+# One principal opens every load session (up to 64 per step, more across
+# steps while the previous ones end): above the per-principal default.
+mcp: {max_sessions_per_principal: 512}
 auth:
   api_keys:
     - {id: load, key_sha256: "%s", tenant: bench, scopes: [echo:call]}
