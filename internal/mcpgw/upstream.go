@@ -242,10 +242,10 @@ func (c *conn) reapIdle(cs *mcp.ClientSession, ended <-chan struct{}) {
 		c.upCh = make(chan struct{})
 		c.mu.Unlock()
 		c.log.Info("upstream session idle; stopping it until its next use", "idle_timeout", c.idle)
-		cs.Close()
 		if c.idleStops != nil {
 			c.idleStops.Add(1)
 		}
+		cs.Close()
 		return
 	}
 }
