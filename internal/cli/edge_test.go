@@ -320,6 +320,10 @@ func TestServeSlowBodies(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling until the closed connections are uncounted
 	}
+	// The two requests without credentials were counted (issue 12 point 9).
+	if m := metrics(t, c); !strings.Contains(m, `toolgate_auth_refused_total{reason="no_credentials"} 2`+"\n") {
+		t.Errorf("refusals in /metrics:\n%s", m)
+	}
 }
 
 // metrics GETs /metrics on a new connection ("" if it fails: the cap is
