@@ -23,6 +23,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -49,16 +50,24 @@ type Options struct {
 	// Realm is the realm of the WWW-Authenticate challenge. Default
 	// DefaultRealm. It must not contain '"' or '\'.
 	Realm string
-	// Now is the clock for JWT expiry and not-before. Default time.Now.
+	// Now is the clock for JWT expiry and not-before and the JWKS refresh
+	// interval. Default time.Now.
 	Now func() time.Time
+	// Refusals counts and logs refused requests. Share one across the
+	// Authenticators of a process (reloads make new ones) so its counts
+	// survive. Default: a private one that logs nowhere.
+	Refusals *Refusals
 }
 
 // Authenticator checks request credentials. It is immutable after New and
 // safe for concurrent use.
 type Authenticator struct {
-	realm string
-	keys  []apiKey
-	jwt   *jwtVerifier // nil when JWT is not configured
+	realm    string
+	keys     []apiKey
+	jwt      *jwtVerifier // nil when JWT is not configured
+	refusals *Refusals
+	resource string   // config auth.jwt.resource ("" derives it from the request)
+	scopes   []string // config auth.jwt.scopes_supported
 }
 
 type apiKey struct {
@@ -74,7 +83,10 @@ type apiKey struct {
 // issuer using ctx and fails with errcode.InvalidConfig if that fails. Keys
 // are fetched lazily, on the first JWT presented.
 func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, error) {
-	a := &Authenticator{realm: opts.Realm}
+	a := &Authenticator{realm: opts.Realm, refusals: opts.Refusals}
+	if a.refusals == nil {
+		a.refusals = NewRefusals(nil)
+	}
 	if a.realm == "" {
 		a.realm = DefaultRealm
 	}
@@ -104,6 +116,8 @@ func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, er
 			return nil, err
 		}
 		a.jwt = v
+		a.resource = strings.TrimSuffix(cfg.JWT.Resource, "/")
+		a.scopes = append([]string(nil), cfg.JWT.ScopesSupported...)
 	}
 	return a, nil
 }
@@ -111,24 +125,34 @@ func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, er
 // Authenticate returns the principal for r's credentials:
 // "Authorization: Bearer <token>" (an API key, or a JWT when JWT is
 // configured) or "X-API-Key: <key>" (API keys only). The returned principal
-// is the caller's to keep; its slices and map are fresh copies.
+// is the caller's to keep; its slices and map are fresh copies. Only r's
+// headers are read, never its body.
 //
 // Every failure is an *errcode.Error with code errcode.Unauthenticated:
 // "no credentials", "unsupported authorization scheme", "unknown API key",
 // "token expired", "token audience mismatch", "token issuer mismatch",
-// "invalid token signature", ... Safe for concurrent use; the JWKS fetch, if
+// "invalid token signature", ... Each failure is counted by its Reason and
+// logged (Options.Refusals). Safe for concurrent use; the JWKS fetch, if
 // one is needed, is bounded by r's context.
 func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) {
+	p, err := a.authenticate(r)
+	if err != nil {
+		a.refusals.record(r, err)
+	}
+	return p, err
+}
+
+func (a *Authenticator) authenticate(r *http.Request) (policy.Principal, error) {
 	if len(a.keys) == 0 && a.jwt == nil {
-		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "no authentication method is configured")
+		return policy.Principal{}, refused(ReasonNoMethod, "no authentication method is configured")
 	}
 	authz := r.Header.Values("Authorization")
 	xkey := r.Header.Values("X-API-Key")
 	switch {
 	case len(authz) == 0 && len(xkey) == 0:
-		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "no credentials")
+		return policy.Principal{}, refused(ReasonNoCredentials, "no credentials")
 	case len(authz)+len(xkey) > 1:
-		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "more than one credential presented (use one Authorization or X-API-Key header)")
+		return policy.Principal{}, refused(ReasonMultiple, "more than one credential presented (use one Authorization or X-API-Key header)")
 	case len(xkey) == 1:
 		key, err := credential(xkey[0])
 		if err != nil {
@@ -137,11 +161,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) 
 		if p, ok := a.lookupKey(key); ok {
 			return p, nil
 		}
-		return policy.Principal{}, invalidToken("unknown API key")
+		return policy.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
 	}
 	scheme, rest, _ := strings.Cut(authz[0], " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return policy.Principal{}, errcode.New(errcode.Unauthenticated, "unsupported authorization scheme (want Bearer)")
+		return policy.Principal{}, refused(ReasonScheme, "unsupported authorization scheme (want Bearer)")
 	}
 	token, err := credential(rest)
 	if err != nil {
@@ -154,9 +178,9 @@ func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) 
 	case a.jwt != nil && looksLikeJWT(token):
 		return a.jwt.verify(r.Context(), token)
 	case len(a.keys) > 0:
-		return policy.Principal{}, invalidToken("unknown API key")
+		return policy.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
 	default:
-		return policy.Principal{}, invalidToken("malformed token (not a JWT)")
+		return policy.Principal{}, invalidToken(ReasonMalformed, "malformed token (not a JWT)")
 	}
 }
 
@@ -181,11 +205,11 @@ func credential(v string) (string, error) {
 	v = strings.Trim(v, " \t")
 	switch {
 	case v == "":
-		return "", errcode.New(errcode.Unauthenticated, "empty credential")
+		return "", refused(ReasonMalformed, "empty credential")
 	case len(v) > MaxCredentialLen:
-		return "", invalidToken(fmt.Sprintf("credential longer than %d bytes", MaxCredentialLen))
+		return "", invalidToken(ReasonMalformed, fmt.Sprintf("credential longer than %d bytes", MaxCredentialLen))
 	case !printable(v) || strings.Contains(v, " "):
-		return "", invalidToken("malformed credential (want printable ASCII without spaces)")
+		return "", invalidToken(ReasonMalformed, "malformed credential (want printable ASCII without spaces)")
 	}
 	return v, nil
 }
@@ -213,16 +237,35 @@ func clonePrincipal(p policy.Principal) policy.Principal {
 	return p
 }
 
-// presented marks an error as "a credential was presented but rejected",
-// which Challenge reports as error="invalid_token" (RFC 6750 §3.1). Its
-// message is empty so wrapping it adds nothing to the error text.
-type presented struct{}
+// refusal marks an Unauthenticated error with its Reason and whether a
+// credential was presented and rejected, which Challenge reports as
+// error="invalid_token" (RFC 6750 §3.1). Its message is empty so wrapping it
+// adds nothing to the error text.
+type refusal struct {
+	reason    Reason
+	presented bool
+}
 
-func (presented) Error() string { return "" }
+func (refusal) Error() string { return "" }
+
+// refused is an Unauthenticated error for a request without a (usable)
+// credential.
+func refused(reason Reason, msg string) *errcode.Error {
+	return errcode.Errorf(errcode.Unauthenticated, "%s%w", msg, refusal{reason: reason})
+}
 
 // invalidToken is an Unauthenticated error for a rejected credential.
-func invalidToken(msg string) *errcode.Error {
-	return errcode.Errorf(errcode.Unauthenticated, "%s%w", msg, presented{})
+func invalidToken(reason Reason, msg string) *errcode.Error {
+	return errcode.Errorf(errcode.Unauthenticated, "%s%w", msg, refusal{reason: reason, presented: true})
+}
+
+// reasonOf returns err's Reason (ReasonInvalid for an error without one).
+func reasonOf(err error) (Reason, bool) {
+	var rf refusal
+	if errors.As(err, &rf) {
+		return rf.reason, rf.presented
+	}
+	return ReasonInvalid, false
 }
 
 // KeyPrefix starts every key made by NewKey.

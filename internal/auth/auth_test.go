@@ -147,9 +147,9 @@ func wantUnauth(t *testing.T, a *auth.Authenticator, err error, msg string, inva
 		t.Fatalf("err = %v, want unauthenticated: %s", err, msg)
 	}
 	rec := httptest.NewRecorder()
-	a.Challenge(rec, err)
+	a.Challenge(rec, request(), err)
 	ch := rec.Header().Get("WWW-Authenticate")
-	if rec.Code != http.StatusUnauthorized || strings.Contains(ch, `error="invalid_token"`) != invalid {
+	if rec.Code != http.StatusUnauthorized || (strings.Contains(ch, `error="invalid_token"`) || strings.Contains(ch, `error="invalid_key"`)) != invalid {
 		t.Fatalf("challenge %d %q, want invalid_token=%v", rec.Code, ch, invalid)
 	}
 }
@@ -293,7 +293,7 @@ func TestJWT(t *testing.T) {
 		{"wrong audience", sign(t, is.key, "k1", is.claims(map[string]any{"aud": "someone-else"})), "token audience mismatch", a},
 		{"wrong issuer", sign(t, is.key, "k1", is.claims(map[string]any{"iss": "https://evil.example.com"})), "token issuer mismatch", a},
 		{"other key", sign(t, other, "k1", is.claims(nil)), "invalid token signature", a},
-		{"unknown kid", sign(t, other, "k9", is.claims(nil)), "invalid token signature", a},
+		{"unknown kid", sign(t, other, "k9", is.claims(nil)), "token signing key (kid) is not in the issuer's key set", a},
 		{"tampered signature", tampered, "invalid token signature", a},
 		{"alg none", algNone, "token signature algorithm not allowed", a},
 		{"alg HS256", algHS, "token signature algorithm not allowed", a},
@@ -308,7 +308,7 @@ func TestJWT(t *testing.T) {
 			c.a.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 				t.Error("next called for a rejected token")
 			})).ServeHTTP(rec, request("Authorization", "Bearer "+c.token))
-			want := `Bearer realm="toolgate", error="invalid_token", error_description="` + c.msg + `"`
+			want := `Bearer realm="toolgate", resource_metadata="http://example.com/.well-known/oauth-protected-resource", error="invalid_token", error_description="` + c.msg + `"`
 			if rec.Code != http.StatusUnauthorized || rec.Header().Get("WWW-Authenticate") != want {
 				t.Fatalf("got %d %q\nwant 401 %q", rec.Code, rec.Header().Get("WWW-Authenticate"), want)
 			}
@@ -359,16 +359,16 @@ func TestChallenge(t *testing.T) {
 		contentType string
 	}{
 		{"no credentials", request(),
-			`Bearer realm="acme gateway"`,
+			`ApiKey realm="acme gateway", header="Authorization: Bearer, X-API-Key"`,
 			`{"error":"unauthenticated","message":"no credentials"}` + "\n", "application/json"},
 		{"bad key", request("Authorization", "Bearer tg_nope"),
-			`Bearer realm="acme gateway", error="invalid_token", error_description="unknown API key"`,
+			`ApiKey realm="acme gateway", header="Authorization: Bearer, X-API-Key", error="invalid_key", error_description="unknown API key"`,
 			`{"error":"unauthenticated","message":"unknown API key"}` + "\n", "application/json"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := a.Authenticate(c.r)
 			rec := httptest.NewRecorder()
-			a.Challenge(rec, err)
+			a.Challenge(rec, c.r, err)
 			if rec.Code != 401 || rec.Header().Get("WWW-Authenticate") != c.www ||
 				rec.Header().Get("Content-Type") != c.contentType || rec.Body.String() != c.body {
 				t.Fatalf("got %d\n%v\n%q", rec.Code, rec.Header(), rec.Body.String())
@@ -376,8 +376,8 @@ func TestChallenge(t *testing.T) {
 		})
 	}
 	rec := httptest.NewRecorder()
-	a.Challenge(rec, errors.New("boom \"secret\""))
-	if rec.Header().Get("WWW-Authenticate") != `Bearer realm="acme gateway"` ||
+	a.Challenge(rec, request(), errors.New("boom \"secret\""))
+	if rec.Header().Get("WWW-Authenticate") != `ApiKey realm="acme gateway", header="Authorization: Bearer, X-API-Key"` ||
 		rec.Body.String() != `{"error":"unauthenticated","message":"authentication failed"}`+"\n" {
 		t.Fatalf("foreign error: %v %q", rec.Header(), rec.Body.String())
 	}
@@ -474,6 +474,6 @@ func FuzzAuthenticate(f *testing.F) {
 		if tok := strings.TrimSpace(strings.TrimPrefix(h, "Bearer")); len(tok) > 8 && strings.Contains(err.Error(), tok) {
 			t.Fatalf("error %q echoes the credential", err)
 		}
-		a.Challenge(httptest.NewRecorder(), err)
+		a.Challenge(httptest.NewRecorder(), request(), err)
 	})
 }

@@ -34,6 +34,8 @@ var signingAlgs = []string{
 // go-oidc, then maps claims to a principal. Safe for concurrent use.
 type jwtVerifier struct {
 	v              *oidc.IDTokenVerifier
+	keys           *keySet
+	issuer         string
 	scopesClaim    string
 	tenantClaim    string
 	tenantRequired bool
@@ -47,26 +49,39 @@ func newJWTVerifier(ctx context.Context, j config.JWT, opts Options) (*jwtVerifi
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	// go-oidc reads the HTTP client from this context and ignores its
-	// cancellation for background key fetches.
-	octx := oidc.ClientContext(ctx, client)
+	interval := DefaultJWKSRefreshInterval
+	if j.JWKSRefreshInterval != "" {
+		d, err := config.ParseDuration(j.JWKSRefreshInterval)
+		if err != nil {
+			return nil, errcode.Errorf(errcode.InvalidConfig, "auth.jwt.jwks_refresh_interval: %v", err)
+		}
+		interval = d
+	}
 	oc := &oidc.Config{ClientID: j.Audience, SupportedSigningAlgs: signingAlgs, Now: opts.Now}
-	jv := &jwtVerifier{scopesClaim: j.ScopesClaim, tenantClaim: j.TenantClaim, tenantRequired: j.TenantClaim != ""}
+	jv := &jwtVerifier{issuer: j.Issuer, scopesClaim: j.ScopesClaim, tenantClaim: j.TenantClaim, tenantRequired: j.TenantClaim != ""}
 	if jv.scopesClaim == "" {
 		jv.scopesClaim = DefaultScopesClaim
 	}
 	if jv.tenantClaim == "" {
 		jv.tenantClaim = DefaultTenantClaim
 	}
-	if j.JWKSURL != "" {
-		jv.v = oidc.NewVerifier(j.Issuer, oidc.NewRemoteKeySet(octx, j.JWKSURL), oc)
-		return jv, nil
+	jwksURL := j.JWKSURL
+	if jwksURL == "" {
+		// go-oidc reads the HTTP client from this context.
+		p, err := oidc.NewProvider(oidc.ClientContext(ctx, client), j.Issuer)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.InvalidConfig, err, "auth.jwt: OIDC discovery failed")
+		}
+		var doc struct {
+			JWKSURI string `json:"jwks_uri"`
+		}
+		if err := p.Claims(&doc); err != nil || doc.JWKSURI == "" {
+			return nil, errcode.New(errcode.InvalidConfig, "auth.jwt: the issuer's OIDC discovery document has no jwks_uri")
+		}
+		jwksURL = doc.JWKSURI
 	}
-	p, err := oidc.NewProvider(octx, j.Issuer)
-	if err != nil {
-		return nil, errcode.Wrap(errcode.InvalidConfig, err, "auth.jwt: OIDC discovery failed")
-	}
-	jv.v = p.VerifierContext(octx, oc)
+	jv.keys = newKeySet(jwksURL, client, interval, opts.Now)
+	jv.v = oidc.NewVerifier(j.Issuer, jv.keys, oc)
 	return jv, nil
 }
 
@@ -92,60 +107,64 @@ func looksLikeJWT(token string) bool {
 func (jv *jwtVerifier) verify(ctx context.Context, token string) (policy.Principal, error) {
 	tok, err := jv.v.Verify(ctx, token)
 	if err != nil {
-		return policy.Principal{}, invalidToken(jwtFailure(ctx, err))
+		reason, msg := jwtFailure(ctx, err)
+		return policy.Principal{}, invalidToken(reason, msg)
 	}
 	if tok.Subject == "" {
-		return policy.Principal{}, invalidToken("token has no sub claim")
+		return policy.Principal{}, invalidToken(ReasonClaims, "token has no sub claim")
 	}
 	var claims map[string]json.RawMessage
 	if err := tok.Claims(&claims); err != nil {
-		return policy.Principal{}, invalidToken("token claims are not a JSON object")
+		return policy.Principal{}, invalidToken(ReasonClaims, "token claims are not a JSON object")
 	}
 	p := policy.Principal{ID: tok.Subject}
 	if raw, ok := claims[jv.tenantClaim]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &p.Tenant); err != nil {
-			return policy.Principal{}, invalidToken("token tenant claim is not a string")
+			return policy.Principal{}, invalidToken(ReasonClaims, "token tenant claim is not a string")
 		}
 	}
 	if p.Tenant == "" && jv.tenantRequired {
-		return policy.Principal{}, invalidToken("token has no tenant claim")
+		return policy.Principal{}, invalidToken(ReasonClaims, "token has no tenant claim")
 	}
 	if raw, ok := claims[jv.scopesClaim]; ok && string(raw) != "null" {
 		var s string
 		if err := json.Unmarshal(raw, &s); err == nil {
 			p.Scopes = strings.Fields(s)
 		} else if err := json.Unmarshal(raw, &p.Scopes); err != nil {
-			return policy.Principal{}, invalidToken("token scopes claim is neither a string nor an array of strings")
+			return policy.Principal{}, invalidToken(ReasonClaims, "token scopes claim is neither a string nor an array of strings")
 		}
 	}
 	return p, nil
 }
 
-// jwtFailure names why go-oidc rejected a token. go-oidc reports most
-// failures as formatted strings, so this matches their stable parts; an
-// unrecognised failure is "invalid token", still a rejection.
-func jwtFailure(ctx context.Context, err error) string {
+// jwtFailure names why go-oidc (or keySet) rejected a token: a Reason and
+// the message. go-oidc reports most failures as formatted strings, so this
+// matches their stable parts; an unrecognised failure is "invalid token",
+// still a rejection.
+func jwtFailure(ctx context.Context, err error) (reason Reason, msg string) {
 	var expired *oidc.TokenExpiredError
-	msg := err.Error()
+	text := err.Error()
 	switch {
 	case errors.As(err, &expired):
-		return "token expired"
-	case strings.Contains(msg, "expected audience"):
-		return "token audience mismatch"
-	case strings.Contains(msg, "issued by a different provider"):
-		return "token issuer mismatch"
-	case strings.Contains(msg, "before the nbf"):
-		return "token not yet valid"
-	case strings.Contains(msg, "unexpected signature algorithm"):
-		return "token signature algorithm not allowed"
-	case strings.Contains(msg, "malformed jwt"):
-		return "malformed token"
+		return ReasonExpired, "token expired"
+	case strings.Contains(text, "expected audience"):
+		return ReasonAudience, "token audience mismatch"
+	case strings.Contains(text, "issued by a different provider"):
+		return ReasonIssuer, "token issuer mismatch"
+	case strings.Contains(text, "before the nbf"):
+		return ReasonNotYetValid, "token not yet valid"
+	case strings.Contains(text, "unexpected signature algorithm"):
+		return ReasonAlgorithm, "token signature algorithm not allowed"
+	case strings.Contains(text, "malformed jwt"):
+		return ReasonMalformed, "malformed token"
 	case ctx.Err() != nil:
-		return "request ended while fetching the issuer's signing keys"
-	case strings.Contains(msg, "fetching keys"):
-		return "cannot fetch the issuer's signing keys"
-	case strings.Contains(msg, "failed to verify"):
-		return "invalid token signature"
+		return ReasonKeysUnavailable, "request ended while fetching the issuer's signing keys"
+	case strings.Contains(text, "fetching keys"):
+		return ReasonKeysUnavailable, "cannot fetch the issuer's signing keys"
+	case strings.Contains(text, errUnknownKey.Error()):
+		return ReasonUnknownKey, "token signing key (kid) is not in the issuer's key set"
+	case strings.Contains(text, "failed to verify"):
+		return ReasonSignature, "invalid token signature"
 	}
-	return "invalid token"
+	return ReasonInvalid, "invalid token"
 }

@@ -214,11 +214,13 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			natives = append(natives, mcpgw.Native{Descriptor: t.desc, Invoker: nativeInvoker(t.fn)})
 		}
 	}
-	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	refusals := auth.NewRefusals(logger)
+	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{Refusals: refusals})
 	if err != nil {
 		return failure("auth: %v", err)
 	}
-	authn := &swapAuth{}
+	ed := newEdge(cfg.HTTP, logger)
+	authn := &swapAuth{refusals: refusals, onAuth: ed.authenticated}
 	authn.cur.Store(firstAuth)
 	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives,
 		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
@@ -246,6 +248,14 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
 	mux.Handle("/", api)
+	// RFC 9728 protected-resource metadata (with auth.jwt; else the API's 404).
+	wellKnown := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authn.cur.Load().ServeMetadata(w, r) {
+			api.ServeHTTP(w, r)
+		}
+	})
+	mux.Handle("GET "+auth.MetadataPath, wellKnown)
+	mux.Handle("GET "+auth.MetadataPath+"/{path...}", wellKnown)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -255,6 +265,9 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			fmt.Fprintf(w, "toolgate_hook_dropped_total{hook=%q} %d\n", h.Name(), h.Dropped())
 		}
 		gw.WriteMetrics(w)
+		refusals.WriteMetrics(w)
+		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns Open connections that have not yet authenticated (capped by http.max_unauthenticated_conns).\n# TYPE toolgate_http_unauthenticated_conns gauge\ntoolgate_http_unauthenticated_conns %d\n", ed.unauth.Load())
+		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns_refused_total New connections closed at once because http.max_unauthenticated_conns was reached.\n# TYPE toolgate_http_unauthenticated_conns_refused_total counter\ntoolgate_http_unauthenticated_conns_refused_total %d\n", ed.refused.Load())
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -266,9 +279,12 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		}
 		gw.WriteReadiness(w)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ed.server(mux)
 	serving = true                    // srv.Serve closes ln
 	srv.RegisterOnShutdown(api.Close) // end SSE streams so Shutdown need not wait for them
+	// End idle clients' standalone MCP streams (GET /mcp); in-flight calls
+	// still finish.
+	srv.RegisterOnShutdown(gw.CloseStreams)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + "/mcp"
@@ -361,16 +377,26 @@ func shutdown(srv *http.Server, gw *mcpgw.Gateway, st *sqlite.Store, log *slog.L
 	return nil
 }
 
-// swapAuth is the running authenticator, replaced on reload.
+// swapAuth is the running authenticator, replaced on reload. Its
+// refusals counter outlives the replacements; onAuth is told of every
+// request that authenticated (the edge uncounts its connection).
 type swapAuth struct {
-	cur atomic.Pointer[auth.Authenticator]
+	cur      atomic.Pointer[auth.Authenticator]
+	refusals *auth.Refusals
+	onAuth   func(*http.Request)
 }
 
 func (s *swapAuth) Authenticate(r *http.Request) (policy.Principal, error) {
-	return s.cur.Load().Authenticate(r)
+	p, err := s.cur.Load().Authenticate(r)
+	if err == nil && s.onAuth != nil {
+		s.onAuth(r)
+	}
+	return p, err
 }
 
-func (s *swapAuth) Challenge(w http.ResponseWriter, err error) { s.cur.Load().Challenge(w, err) }
+func (s *swapAuth) Challenge(w http.ResponseWriter, r *http.Request, err error) {
+	s.cur.Load().Challenge(w, r, err)
+}
 
 // reload re-reads file and installs its policy, tools: classification and
 // auth (API keys, JWT); on any issue the running configuration stays.
@@ -389,7 +415,7 @@ func reload(ctx context.Context, file string, gw *mcpgw.Gateway, authn *swapAuth
 		log.Error("reload failed; keeping the running configuration", "file", file, "err", strings.TrimSpace(err.Error()))
 		return
 	}
-	newAuth, err := auth.New(ctx, cfg.Auth, auth.Options{})
+	newAuth, err := auth.New(ctx, cfg.Auth, auth.Options{Refusals: authn.refusals})
 	if err != nil {
 		log.Error("reload failed (auth); keeping the running configuration", "err", err)
 		return

@@ -31,6 +31,7 @@ type Config struct {
 	Listen      string                `yaml:"listen"` // default 127.0.0.1:7070
 	Naming      Naming                `yaml:"naming"`
 	MCP         MCP                   `yaml:"mcp"`
+	HTTP        HTTP                  `yaml:"http"`
 	OpenWOP     OpenWOP               `yaml:"openwop"`
 	Store       Store                 `yaml:"store"`
 	RateLimit   RateLimit             `yaml:"ratelimit"`
@@ -136,6 +137,63 @@ type JWT struct {
 	JWKSURL     string `yaml:"jwks_url"`
 	ScopesClaim string `yaml:"scopes_claim"`
 	TenantClaim string `yaml:"tenant_claim"`
+	// JWKSRefreshInterval is the least time between two fetches of the
+	// JWKS: a token naming a kid the cached set lacks refetches it at most
+	// once per interval (a duration; default 60s).
+	JWKSRefreshInterval string `yaml:"jwks_refresh_interval"`
+	// Resource is the canonical URI of the MCP endpoint as clients reach
+	// it (RFC 9728 resource, e.g. https://gw.example.com/mcp), named in
+	// the protected-resource metadata and the WWW-Authenticate
+	// resource_metadata URL. Default: derived from each request
+	// (http(s)://<Host>/mcp); set it behind a TLS-terminating proxy.
+	Resource string `yaml:"resource"`
+	// ScopesSupported is the protected-resource metadata's
+	// scopes_supported (RFC 9728 §2): the scopes a client may request.
+	ScopesSupported []string `yaml:"scopes_supported"`
+}
+
+// HTTP bounds the listener's requests and connections (/mcp and /v1). Every
+// field is optional; the defaults are the Default* constants.
+type HTTP struct {
+	// ReadHeaderTimeout bounds reading a request's line and headers
+	// (default 10s).
+	ReadHeaderTimeout string `yaml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading a request's body, from the end of its
+	// headers (default 30s); a body not received by then is refused (408)
+	// and the connection closed. Responses, and SSE streams, are not cut.
+	ReadBodyTimeout string `yaml:"read_body_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long between
+	// requests (default 2m).
+	IdleTimeout string `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's line and headers (default 64 KiB,
+	// at least 4 KiB).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxUnauthenticatedConns caps the connections that have not yet sent
+	// a request with valid credentials (default 256); a new connection
+	// beyond it is closed at once. Connections that authenticated are not
+	// counted.
+	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns"`
+}
+
+// Defaults of the http: section.
+const (
+	DefaultReadHeaderTimeout       = 10 * time.Second
+	DefaultReadBodyTimeout         = 30 * time.Second
+	DefaultIdleTimeout             = 2 * time.Minute
+	DefaultMaxHeaderBytes          = 64 << 10
+	DefaultMaxUnauthenticatedConns = 256
+)
+
+// Durations returns the http: section's timeouts with defaults applied
+// (a value that does not parse, which validation reports, is the default).
+func (h HTTP) Durations() (readHeader, readBody, idle time.Duration) {
+	get := func(s string, def time.Duration) time.Duration {
+		if d, err := ParseDuration(s); err == nil {
+			return d
+		}
+		return def
+	}
+	return get(h.ReadHeaderTimeout, DefaultReadHeaderTimeout), get(h.ReadBodyTimeout, DefaultReadBodyTimeout), get(h.IdleTimeout, DefaultIdleTimeout)
 }
 
 // Credential is a reference resolved at call time; its value is never logged.
@@ -557,6 +615,12 @@ func (c *Config) applyDefaults() {
 	if c.MCP.MaxSessionsPerPrincipal == 0 {
 		c.MCP.MaxSessionsPerPrincipal = min(DefaultMaxSessionsPerPrincipal, c.MCP.MaxSessions)
 	}
+	if c.HTTP.MaxHeaderBytes == 0 {
+		c.HTTP.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.HTTP.MaxUnauthenticatedConns == 0 {
+		c.HTTP.MaxUnauthenticatedConns = DefaultMaxUnauthenticatedConns
+	}
 	for i := range c.Servers {
 		if c.Servers[i].Sessions == "" {
 			c.Servers[i].Sessions = "per_client"
@@ -676,6 +740,19 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 				add(at("auth", "jwt", "jwks_url"), "auth.jwt.jwks_url %q is not an http(s) URL", j.JWKSURL)
 			}
 		}
+		if j.JWKSRefreshInterval != "" && !validDuration(j.JWKSRefreshInterval) {
+			add(at("auth", "jwt", "jwks_refresh_interval"), "auth.jwt.jwks_refresh_interval %q: want a duration such as 60s or 5m", j.JWKSRefreshInterval)
+		}
+		if j.Resource != "" {
+			if u, err := url.Parse(j.Resource); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Fragment != "" || u.RawQuery != "" || u.User != nil {
+				add(at("auth", "jwt", "resource"), "auth.jwt.resource %q: want an absolute http(s) URL without user, query or fragment (RFC 9728 §1.2), e.g. https://gw.example.com/mcp", j.Resource)
+			}
+		}
+		for i, sc := range j.ScopesSupported {
+			if sc == "" || strings.ContainsAny(sc, " \"\\") || !printableASCII(sc) {
+				add(at("auth", "jwt", "scopes_supported", i), "auth.jwt.scopes_supported[%d] %q: want a scope token (printable ASCII without space, quote or backslash)", i, sc)
+			}
+		}
 	}
 	for name, cr := range c.Credentials {
 		n := at("credentials", name)
@@ -685,6 +762,17 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if c.MCP.SessionTimeout != "" && !validDuration(c.MCP.SessionTimeout) {
 		add(at("mcp", "session_timeout"), "mcp.session_timeout %q is not a duration", c.MCP.SessionTimeout)
+	}
+	for _, d := range []struct{ k, v string }{{"read_header_timeout", c.HTTP.ReadHeaderTimeout}, {"read_body_timeout", c.HTTP.ReadBodyTimeout}, {"idle_timeout", c.HTTP.IdleTimeout}} {
+		if d.v != "" && !validDuration(d.v) {
+			add(at("http", d.k), "http.%s %q: want a positive duration such as 10s or 2m", d.k, d.v)
+		}
+	}
+	if c.HTTP.MaxHeaderBytes < 4096 || c.HTTP.MaxHeaderBytes > 16<<20 {
+		add(at("http", "max_header_bytes"), "http.max_header_bytes %d: want 4096 to 16777216", c.HTTP.MaxHeaderBytes)
+	}
+	if c.HTTP.MaxUnauthenticatedConns < 1 {
+		add(at("http", "max_unauthenticated_conns"), "http.max_unauthenticated_conns %d: want at least 1", c.HTTP.MaxUnauthenticatedConns)
 	}
 	if c.MCP.MaxBodyBytes < 1024 {
 		add(at("mcp", "max_body_bytes"), "mcp.max_body_bytes %d: want at least 1024", c.MCP.MaxBodyBytes)
@@ -829,6 +917,16 @@ func (c *Config) checkRefs(v string, n *yaml.Node, add func(*yaml.Node, string, 
 			add(n, "{{credential:%s}} refers to an undeclared credential", m[1])
 		}
 	}
+}
+
+// printableASCII reports whether s holds only printable ASCII.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidIdent reports whether s is a valid identifier for an API key id or a

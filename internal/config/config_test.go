@@ -209,3 +209,44 @@ servers:
 		t.Errorf("per principal above the total: %v", err)
 	}
 }
+
+// The http: limits and the new auth.jwt keys are validated with file:line
+// issues, all at once; valid values parse with their defaults applied.
+func TestHTTPLimitsAndJWTKeys(t *testing.T) {
+	bad := `http:
+  read_header_timeout: fast
+  read_body_timeout: -1s
+  idle_timeout: 0s
+  max_header_bytes: 100
+  max_unauthenticated_conns: -2
+auth:
+  jwt:
+    issuer: https://id.example.com
+    audience: toolgate
+    jwks_url: https://id.example.com/jwks
+    jwks_refresh_interval: often
+    resource: "https://gw.example.com/mcp?x=1"
+    scopes_supported: ["a b"]
+`
+	_, err := Parse("h.yaml", []byte(bad))
+	var is policy.Issues
+	if !errors.As(err, &is) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"h.yaml:2:", "http.read_header_timeout", "h.yaml:3:", "http.read_body_timeout", "h.yaml:4:", "http.idle_timeout",
+		"h.yaml:5:", "http.max_header_bytes", "h.yaml:6:", "http.max_unauthenticated_conns",
+		"h.yaml:12:", "jwks_refresh_interval", "h.yaml:13:", "auth.jwt.resource", "h.yaml:14:", "scopes_supported[0]"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("issues lack %q:\n%v", want, err)
+		}
+	}
+	cfg, err := Parse("ok.yaml", []byte("http: {read_body_timeout: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rh, rb, idle := cfg.HTTP.Durations()
+	if rh != DefaultReadHeaderTimeout || rb.Seconds() != 5 || idle != DefaultIdleTimeout ||
+		cfg.HTTP.MaxHeaderBytes != DefaultMaxHeaderBytes || cfg.HTTP.MaxUnauthenticatedConns != DefaultMaxUnauthenticatedConns {
+		t.Errorf("defaults: %v %v %v %+v", rh, rb, idle, cfg.HTTP)
+	}
+}

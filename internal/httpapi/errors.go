@@ -141,7 +141,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		e = errcode.New(errcode.Internal, "internal error")
 	}
 	if e.Code == errcode.Unauthenticated && status == 0 && h.auth != nil {
-		h.auth.Challenge(w, e)
+		h.auth.Challenge(w, r, e)
 		return
 	}
 	if status == 0 {

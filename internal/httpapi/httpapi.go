@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +38,7 @@ const DefaultHeartbeat = 15 * time.Second
 // for concurrent use.
 type Authenticator interface {
 	Authenticate(r *http.Request) (policy.Principal, error)
-	Challenge(w http.ResponseWriter, err error)
+	Challenge(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // Options configures New. Pipeline, Auth and Events are required.
@@ -260,6 +261,10 @@ func (h *Handler) authed(fn authedFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.auth.Authenticate(r)
 		if err != nil {
+			if r.ContentLength != 0 {
+				// Do not read (or let net/http drain) an unauthenticated body.
+				w.Header().Set("Connection", "close")
+			}
 			if errcode.CodeOf(err) != errcode.Unauthenticated {
 				err = errcode.Wrap(errcode.Unauthenticated, err, "authentication failed")
 			}
@@ -274,6 +279,8 @@ func (h *Handler) authed(fn authedFunc) http.Handler {
 
 // readBody reads the whole request body, at most h.maxBody bytes. Errors:
 // invalid_argument answered 413 (details.limitBytes) for a larger body,
+// 408 (and the connection closed) for a body that did not arrive before
+// the read deadline of the serve listener (config http.read_body_timeout),
 // invalid_argument 400 for a body that cannot be read.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > h.maxBody {
@@ -284,6 +291,10 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, h.tooLarge()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return nil, withStatus(http.StatusRequestTimeout, errcode.New(errcode.InvalidArgument, "the request body did not arrive in time"))
 		}
 		return nil, errcode.Wrap(errcode.InvalidArgument, err, "reading the request body")
 	}

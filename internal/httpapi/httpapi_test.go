@@ -114,7 +114,7 @@ func TestWriteError(t *testing.T) {
 		{"2xx code without status", errcode.New(errcode.ToolExecutionFailed, "boom"), 500, "internal_error", nil},
 		{"audit unavailable", errcode.New(errcode.AuditUnavailable, "disk"), 503, "audit_unavailable", nil},
 		{"plain error", errors.New("secret internal detail"), 500, "internal_error", nil},
-		{"unauthenticated", errcode.New(errcode.Unauthenticated, "no credentials"), 401, "unauthenticated", map[string]string{"WWW-Authenticate": `Bearer realm="toolgate"`}},
+		{"unauthenticated", errcode.New(errcode.Unauthenticated, "no credentials"), 401, "unauthenticated", map[string]string{"WWW-Authenticate": `ApiKey realm="toolgate", header="Authorization: Bearer, X-API-Key"`}},
 		{"empty message", errcode.New(errcode.Conflict, ""), 409, "conflict", nil},
 		{"unmarshalable details", errcode.New(errcode.Conflict, "x").WithDetails(map[string]any{"f": func() {}}), 409, "conflict", nil},
 	}

@@ -20,6 +20,7 @@ server versus through toolgate serve with the full gate on (CEL policy, rate lim
 SQLite events and receipts). Everything listens on 127.0.0.1.
 
 Usage: go run ./cmd/toolgate-load [flags]
+       go run ./cmd/toolgate-load slowbody [flags]   (the slow-body attack of issue 12; -h for its flags)
 
 Without --toolgate it builds ./cmd/toolgate into a temporary directory (run it inside the
 module). Exit status: 0 when every call succeeded (whether or not the targets are met),
@@ -32,6 +33,9 @@ Flags:
 // prints progress to stderr and the Markdown report to stdout (and appends
 // it to --out). It returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "slowbody" {
+		return slowMain(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("toolgate-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }

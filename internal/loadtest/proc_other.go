@@ -16,3 +16,8 @@ func procCPU(int) (time.Duration, error) {
 }
 
 func selfCPU() time.Duration { return 0 }
+
+// procRSS needs /proc: RSS is measured only on Linux.
+func procRSS(int) (int64, error) {
+	return 0, errors.New("RSS is measured from /proc (Linux only)")
+}

@@ -56,7 +56,7 @@ import (
 //
 // notifications/cancelled for a directly served call, from the principal
 // of its session, cancels it (the notification still goes to the SDK, which
-// answers it, or refuses another principal with 403). The SDK's idle
+// answers it, or answers another principal 404 like an unknown session). The SDK's idle
 // session timer does not see direct calls; serveDirect keeps it running by
 // sending the SDK a ping on the session when the SDK has not seen it for a
 // sixteenth of the session timeout, and again every quarter while a direct

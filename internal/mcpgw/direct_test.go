@@ -294,10 +294,11 @@ func TestDirectCallCancelled(t *testing.T) {
 	// The requestId names the call's id written differently ("\u002d" is
 	// "-"): ids match by value, as in the SDK.
 	cancelBody := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c\u002d1","reason":"user"}}`
-	// Another principal cannot cancel it (the SDK refuses it the session).
+	// Another principal cannot cancel it (the session answers it like an
+	// unknown session).
 	status, _, body := postRaw(t, ctx, gwURL, otherKey, cs, cancelBody, nil)
-	if status != http.StatusForbidden {
-		t.Errorf("another principal's notifications/cancelled: %d %s, want 403", status, body)
+	if status != http.StatusNotFound {
+		t.Errorf("another principal's notifications/cancelled: %d %s, want 404", status, body)
 	}
 	if inFlight, cancelled := mcpgw.DirectCallCancelled(gw, cs.ID(), `"c-1"`); !inFlight || cancelled {
 		t.Fatalf("after another principal's cancel: in flight %v, cancelled %v", inFlight, cancelled)

@@ -360,15 +360,19 @@ func postMCP(t *testing.T, e *e2eGateway, key, body string, hdr map[string]strin
 
 const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
-// A JSON-RPC batch is refused with HTTP 400 and error -32600 (before
-// authentication), and nothing in it runs.
+// A JSON-RPC batch is refused with HTTP 400 and error -32600, and nothing
+// in it runs; without credentials it is refused 401 before its body is
+// read (issue 12 point 2).
 func TestE2EBatchRejected(t *testing.T) {
 	t.Parallel()
 	env, rec := newE2EEnv(t)
 	e := startGateway(t, env.config())
 
 	batch := `[` + initializeBody + `,{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"remote__greet","arguments":{"name":"x"}}}]`
-	for _, key := range []string{keyAlice, ""} {
+	if status, _, body := postMCP(t, e, "", batch, nil); status != http.StatusUnauthorized {
+		t.Errorf("batch without a key: %d %s, want 401", status, body)
+	}
+	for _, key := range []string{keyAlice} {
 		status, _, body := postMCP(t, e, key, batch, nil)
 		var msg struct {
 			JSONRPC string `json:"jsonrpc"`
@@ -412,7 +416,10 @@ func TestE2EBatchRejected(t *testing.T) {
 	}
 }
 
-// Without a valid key the endpoint answers 401 with a Bearer challenge.
+// Without a valid key the endpoint answers 401. With API keys only (no
+// auth.jwt) the challenge is not a Bearer one and names no
+// resource_metadata, so OAuth-capable clients are not sent into an OAuth
+// flow there is no authorization server for (issue 12 point 13).
 func TestE2EUnauthenticated(t *testing.T) {
 	t.Parallel()
 	env, _ := newE2EEnv(t)
@@ -423,8 +430,8 @@ func TestE2EUnauthenticated(t *testing.T) {
 		if status != http.StatusUnauthorized {
 			t.Errorf("key %q: status %d (%s), want 401", key, status, body)
 		}
-		if ch := hdr.Get("WWW-Authenticate"); !strings.HasPrefix(ch, "Bearer ") {
-			t.Errorf("key %q: WWW-Authenticate %q, want a Bearer challenge", key, ch)
+		if ch := hdr.Get("WWW-Authenticate"); !strings.HasPrefix(ch, `ApiKey realm="toolgate"`) || strings.Contains(ch, "resource_metadata") {
+			t.Errorf("key %q: WWW-Authenticate %q, want an ApiKey challenge without resource_metadata", key, ch)
 		}
 	}
 	// The SDK client cannot connect either.
@@ -437,7 +444,9 @@ func TestE2EUnauthenticated(t *testing.T) {
 }
 
 // A session is bound to the principal that opened it: another principal's
-// request on it gets 403.
+// request on it is answered exactly like one on an unknown session (issue
+// 12 point 8: 404, same headers and body), so it does not learn the
+// session exists.
 func TestE2ESessionBoundToPrincipal(t *testing.T) {
 	t.Parallel()
 	env, _ := newE2EEnv(t)
@@ -445,9 +454,33 @@ func TestE2ESessionBoundToPrincipal(t *testing.T) {
 	alice := e.connect(t, keyAlice)
 
 	hdr := map[string]string{"Mcp-Session-Id": alice.ID(), "Mcp-Protocol-Version": alice.InitializeResult().ProtocolVersion}
+	unknown := map[string]string{"Mcp-Session-Id": "0000000000000000000000000A", "Mcp-Protocol-Version": alice.InitializeResult().ProtocolVersion}
 	list := `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`
-	if status, _, body := postMCP(t, e, keyBob, list, hdr); status != http.StatusForbidden {
-		t.Errorf("bob on alice's session: %d %s, want 403", status, body)
+	wstatus, whdr, wbody := postMCP(t, e, keyBob, list, unknown)
+	if wstatus != http.StatusNotFound {
+		t.Fatalf("bob on an unknown session: %d %s, want 404", wstatus, wbody)
+	}
+	same := func(what string, status int, h http.Header, body []byte) {
+		t.Helper()
+		if status != wstatus || string(body) != string(wbody) || h.Get("Content-Type") != whdr.Get("Content-Type") ||
+			h.Get("X-Content-Type-Options") != whdr.Get("X-Content-Type-Options") || h.Get("Content-Length") != whdr.Get("Content-Length") {
+			t.Errorf("%s: %d %v %q, want the unknown session's %d %v %q", what, status, h, body, wstatus, whdr, wbody)
+		}
+	}
+	status, h, body := postMCP(t, e, keyBob, list, hdr)
+	same("bob on alice's session", status, h, body)
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequestWithContext(t.Context(), m, e.url, nil)
+		req.Header.Set("Authorization", "Bearer "+keyBob)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", alice.ID())
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		same("bob's "+m+" on alice's session", resp.StatusCode, resp.Header, b)
 	}
 	if status, _, body := postMCP(t, e, keyAlice, list, hdr); status != http.StatusOK || !strings.Contains(string(body), "remote__secret") {
 		t.Errorf("alice on her session: %d %s, want 200 with her tools", status, body)
@@ -455,7 +488,64 @@ func TestE2ESessionBoundToPrincipal(t *testing.T) {
 	// tools/call too, now that the session is established (the direct
 	// path, direct.go, leaves another principal's request to the SDK).
 	call := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"remote__secret","arguments":{}}}`
-	if status, _, body := postMCP(t, e, keyBob, call, hdr); status != http.StatusForbidden {
-		t.Errorf("bob calling on alice's session: %d %s, want 403", status, body)
+	status, h, body = postMCP(t, e, keyBob, call, hdr)
+	same("bob calling on alice's session", status, h, body)
+	// Alice's session is unharmed.
+	if _, err := alice.ListTools(t.Context(), nil); err != nil {
+		t.Errorf("alice's session after bob's attempts: %v", err)
+	}
+}
+
+// Issue 13 points 3 and 4: an initialize is not refused for an
+// Mcp-Protocol-Version header the gateway does not serve (the version is
+// negotiated in its body), and a method the gateway does not serve answers
+// JSON-RPC -32601 as JSON: with the request's id for a request, HTTP 400
+// with a null id for a notification.
+func TestE2EUnknownMethodAndInitializeHeader(t *testing.T) {
+	t.Parallel()
+	env, _ := newE2EEnv(t)
+	e := startGateway(t, env.config())
+
+	status, h, body := postMCP(t, e, keyAlice, initializeBody, map[string]string{"Mcp-Protocol-Version": "1999-01-01"})
+	sid := h.Get("Mcp-Session-Id")
+	if status != http.StatusOK || sid == "" || !strings.Contains(string(body), `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize with an unsupported Mcp-Protocol-Version header: %d %v %s, want 200, a session and the body's version", status, h, body)
+	}
+	hdr := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"}
+	if status, _, body := postMCP(t, e, keyAlice, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, hdr); status != http.StatusAccepted {
+		t.Fatalf("initialized: %d %s", status, body)
+	}
+	// A later request with an unsupported header is still refused (only
+	// initialize negotiates).
+	if status, _, body := postMCP(t, e, keyAlice, `{"jsonrpc":"2.0","id":3,"method":"ping"}`, map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "1999-01-01"}); status != http.StatusBadRequest {
+		t.Errorf("ping with an unsupported header: %d %s, want 400", status, body)
+	}
+
+	type rpcErr struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	for _, c := range []struct {
+		body, id string
+		status   int
+	}{
+		{`{"jsonrpc":"2.0","id":9,"method":"no/such/method","params":{}}`, "9", http.StatusOK},
+		{`{"jsonrpc":"2.0","id":"x-1","method":"tools/frobnicate"}`, `"x-1"`, http.StatusOK},
+		{`{"jsonrpc":"2.0","method":"notifications/no-such"}`, "null", http.StatusBadRequest},
+	} {
+		status, h, body := postMCP(t, e, keyAlice, c.body, hdr)
+		var m rpcErr
+		if err := json.Unmarshal(body, &m); err != nil || status != c.status || h.Get("Content-Type") != "application/json" ||
+			m.JSONRPC != "2.0" || string(m.ID) != c.id || m.Error.Code != -32601 || !strings.Contains(m.Error.Message, "method not found") {
+			t.Errorf("%s: %d %q %s, want %d application/json with JSON-RPC error -32601 and id %s", c.body, status, h.Get("Content-Type"), body, c.status, c.id)
+		}
+	}
+	// The session still works.
+	if status, _, body := postMCP(t, e, keyAlice, `{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, hdr); status != http.StatusOK || !strings.Contains(string(body), "remote__") {
+		t.Errorf("tools/list after the refusals: %d %s", status, body)
 	}
 }

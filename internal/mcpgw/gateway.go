@@ -129,6 +129,7 @@ type Gateway struct {
 	idleStops atomic.Int64   // per-client upstream sessions stopped for idleness
 	updates   sync.Map       // relayed resources/updated params → its one *mcp.ServerSession (session.go)
 	closed    atomic.Bool
+	streams   streamCloser // ends standalone GET streams at shutdown (http.go)
 
 	// Direct tools/call (direct.go).
 	userApprover    atomic.Bool  // the policy has an `approver: user` rule
