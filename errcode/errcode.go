@@ -2,9 +2,10 @@
 // snake_case codes (DESIGN.md decision 8).
 //
 // The same code string appears in Go (errcode.Error.Code), in the OpenWOP HTTP
-// error envelope ({error, message, details}, flat), in MCP structuredContent,
-// in events (agent.toolReturned.error.code) and in receipts (error.code). Each
-// transport maps an error to its wire form with exactly one function.
+// error envelope ({error, message, details}, flat), in MCP tools/call results
+// (_meta["toolgate/error"].code), in events (agent.toolReturned.error.code)
+// and in receipts (error.code). Each transport maps an error to its wire form
+// with exactly one function.
 //
 // errcode is a leaf package: it imports the standard library only.
 package errcode

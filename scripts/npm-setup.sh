@@ -15,6 +15,8 @@
 #   conformance CLI:     testdata/npm/node_modules/@modelcontextprotocol/conformance/dist/index.js
 #   everything server:   testdata/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 #   filesystem server:   testdata/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+#   TypeScript SDK:      testdata/npm/node_modules/@modelcontextprotocol/sdk/dist/esm/client/index.js
+#                        (imported by testdata/npm/ts-client.mjs, the TS SDK test agent)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,6 +75,8 @@ check() {
 		"$modules/@modelcontextprotocol/conformance/dist/index.js" \
 		"$modules/@modelcontextprotocol/server-everything/dist/index.js" \
 		"$modules/@modelcontextprotocol/server-filesystem/dist/index.js" \
+		"$modules/@modelcontextprotocol/sdk/dist/esm/client/index.js" \
+		"$modules/@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js" \
 		"$modules/.bin/conformance" \
 		"$modules/.bin/mcp-server-everything" \
 		"$modules/.bin/mcp-server-filesystem"; do

@@ -98,10 +98,10 @@ func TestSameAnswerOverMCPAndHTTP(t *testing.T) {
 				Details map[string]any
 			}
 			r.json(t, &env)
-			sc, _ := json.Marshal(res.StructuredContent)
-			var mcpErr struct{ Error struct{ Code string } }
+			sc, _ := json.Marshal(res.Meta["toolgate/error"])
+			var mcpErr struct{ Code string }
 			json.Unmarshal(sc, &mcpErr)
-			if env.Error != "forbidden" || mcpErr.Error.Code != "forbidden" || env.Details["ruleId"] != "no-forbidden-text" {
+			if env.Error != "forbidden" || mcpErr.Code != "forbidden" || env.Details["ruleId"] != "no-forbidden-text" {
 				t.Fatalf("%s: HTTP %s / MCP %s", c.name, r.body, sc)
 			}
 			httpReceipt, _ = env.Details["receiptId"].(string)

@@ -23,21 +23,21 @@ const approvalsPolicy = `policy:
 approvals: {ttl: 1h, wait: 1500ms, approvers_scope: "toolgate:approve"}
 `
 
-// toolError is a tools/call result's structuredContent.error, or nil.
+// toolError is a tools/call result's _meta["toolgate/error"], or nil.
 func toolError(t *testing.T, res *mcp.CallToolResult) map[string]any {
 	t.Helper()
 	if !res.IsError {
 		return nil
 	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	var sc struct {
-		Error map[string]any `json:"error"`
+	e, _ := res.Meta["toolgate/error"].(map[string]any)
+	if e == nil {
+		raw, _ := json.Marshal(res)
+		t.Fatalf("isError result without _meta[\"toolgate/error\"]: %s", raw)
 	}
-	json.Unmarshal(raw, &sc)
-	if sc.Error == nil {
-		t.Fatalf("isError result without structuredContent.error: %s", raw)
+	if res.StructuredContent != nil {
+		t.Fatalf("gateway-made isError result with structuredContent %v", res.StructuredContent)
 	}
-	return sc.Error
+	return e
 }
 
 // pendingApproval waits (bounded) until the inbox shows a pending approval

@@ -378,11 +378,10 @@ func resultText(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// errorCode is structuredContent.error.code of a gateway isError result,
+// errorCode is _meta["toolgate/error"].code of a gateway isError result,
 // or "".
 func errorCode(res *mcp.CallToolResult) string {
-	m, _ := res.StructuredContent.(map[string]any)
-	e, _ := m["error"].(map[string]any)
+	e, _ := res.Meta["toolgate/error"].(map[string]any)
 	code, _ := e["code"].(string)
 	return code
 }
@@ -396,7 +395,7 @@ func mustOK(t *testing.T, tool string, res *mcp.CallToolResult) {
 }
 
 // mustRefused fails the test unless res is an isError result with
-// structuredContent.error.code code.
+// _meta["toolgate/error"].code code.
 func mustRefused(t *testing.T, tool string, res *mcp.CallToolResult, code string) {
 	t.Helper()
 	if !res.IsError || errorCode(res) != code {

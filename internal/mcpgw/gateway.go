@@ -73,6 +73,11 @@ const (
 	MetaReceiptID    = "toolgate/receiptId"
 	MetaAgentID      = "toolgate/agentId"
 	MetaParentCallID = "toolgate/parentCallId"
+	// MetaError is the result _meta key of a gateway-made isError result
+	// (a refusal or a gateway fault): {code, message, details?}, code
+	// one of errcode's. It is not in structuredContent, which clients
+	// validate against the tool's outputSchema (DESIGN.md decision 5).
+	MetaError = "toolgate/error"
 )
 
 // surfaceName is what model APIs accept as a function name.
@@ -698,6 +703,7 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 		meta[MetaReceiptID] = res.ReceiptID
 	}
 	var out *mcp.CallToolResult
+	gatewayMade := false
 	switch {
 	case res.Status == audit.StatusOK && sf.server[res.ToolID] != "":
 		out = cc.upstreamResult(res.Output)
@@ -714,9 +720,14 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal
 		out.IsError = true
 	default:
 		out = errorResult(res.Err)
+		gatewayMade = true
 	}
 	if out.Meta == nil {
 		out.Meta = mcp.Meta{}
+	} else if !gatewayMade {
+		// _meta["toolgate/error"] is the gateway's word alone: a tool's
+		// own result never carries one.
+		delete(out.Meta, MetaError)
 	}
 	for k, v := range meta {
 		out.Meta[k] = v
@@ -767,8 +778,12 @@ func toResult(isMCP bool, out json.RawMessage) *mcp.CallToolResult {
 }
 
 // errorResult is the isError result of a gate refusal or gateway fault
-// (DESIGN.md decision 5): text the model can read and
-// structuredContent.error = {code, message, details}.
+// (DESIGN.md decision 5), the one mapping of an errcode.Error to MCP: text
+// content the model can read ("<code>: <message>") and _meta
+// ["toolgate/error"] = {code, message, details?}. It has no
+// structuredContent: official clients (the TypeScript SDK) validate any
+// structuredContent of a tool with an outputSchema against that schema and
+// would turn the refusal into a -32602 error of their own.
 func errorResult(e *errcode.Error) *mcp.CallToolResult {
 	if e == nil {
 		e = errcode.New(errcode.Internal, "the call failed")
@@ -778,9 +793,9 @@ func errorResult(e *errcode.Error) *mcp.CallToolResult {
 		obj["details"] = e.Details
 	}
 	return &mcp.CallToolResult{
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(e.Code) + ": " + e.Message}},
-		StructuredContent: map[string]any{"error": obj},
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: string(e.Code) + ": " + e.Message}},
+		Meta:    mcp.Meta{MetaError: obj},
 	}
 }
 
