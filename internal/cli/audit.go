@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/sqlite"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -19,15 +20,21 @@ func newAuditCmd() *cobra.Command {
 
 func newAuditPruneCmd() *cobra.Command {
 	var file, olderThan string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "prune --config FILE [--older-than 90d]",
+		Use:   "prune --config FILE [--older-than 90d] [--dry-run]",
 		Short: "Delete events and receipts older than the retention period, keeping the chain verifiable",
 		Long: `Delete from the configured SQLite store the events and receipts older than --older-than (default: the
 config's audit.retention). Receipt verification is never broken: the signed checkpoint at the end of the
 pruned range is kept, exports start with it and 'toolgate receipts verify' continues from it. The head
 receipt is always kept. A running gateway with audit.retention set prunes by itself every hour; this
-command is for a one-off prune. Prints what was removed as one JSON object.`,
+command is for a one-off prune. Prints what was removed as one JSON object.
+
+With --dry-run nothing is deleted: it prints what would be removed (the number of events, receipts and
+checkpoints, the events' time range, the receipts' seq and startedAt range) and the anchor checkpoint
+that would be kept, as one JSON object with "dryRun": true.`,
 		Example: `  toolgate audit prune --config toolgate.yaml
+  toolgate audit prune --config toolgate.yaml --older-than 30d --dry-run
   toolgate audit prune --config toolgate.yaml --older-than 30d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,18 +58,30 @@ command is for a one-off prune. Prints what was removed as one JSON object.`,
 				return err
 			}
 			defer st.Close()
-			res, err := st.Prune(ctx, time.Now().Add(-age))
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			before := time.Now().Add(-age)
+			if dryRun {
+				plan, err := st.PlanPrune(ctx, before)
+				if err != nil {
+					return failure("prune --dry-run: %v", err)
+				}
+				return enc.Encode(struct {
+					DryRun bool `json:"dryRun"`
+					sqlite.PrunePlan
+				}{true, plan})
+			}
+			res, err := st.Prune(ctx, before)
 			if err != nil {
 				return failure("prune: %v (what was pruned before the error stays pruned; the store is consistent)", err)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetEscapeHTML(false)
 			return enc.Encode(res)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "config", "c", "", "configuration file (required)")
 	f.StringVar(&olderThan, "older-than", "", "prune what is older than this (e.g. 90d, 720h); default audit.retention")
+	f.BoolVar(&dryRun, "dry-run", false, "delete nothing; print what would be removed and the anchor that would be kept")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -79,10 +80,56 @@ func TestAuditPrune(t *testing.T) {
 	if code, _, errOut := run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "-3d"); code != ExitUsage || !strings.Contains(errOut, "older-than") {
 		t.Fatalf("prune --older-than -3d: %d %q", code, errOut)
 	}
-	code, out, errOut := run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "90d")
+	// --dry-run previews exactly what the prune then removes, and changes
+	// nothing on disk.
+	files := func() map[string]string {
+		m := map[string]string{}
+		ents, err := os.ReadDir(filepath.Dir(r.dbFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(filepath.Dir(r.dbFile), e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[e.Name()] = string(b)
+		}
+		return m
+	}
+	disk := files()
+	code, out, errOut := run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "90d", "--dry-run")
+	var plan struct {
+		DryRun bool `json:"dryRun"`
+		sqlite.PrunePlan
+	}
+	if code != ExitOK || json.Unmarshal([]byte(out), &plan) != nil || !plan.DryRun || plan.Events.Count != 6 ||
+		plan.Events.Oldest == nil || !plan.Events.Oldest.Equal(old()) || !plan.Events.Newest.Equal(old()) ||
+		plan.Receipts.Count != 2 || plan.Receipts.FromSeq == nil || *plan.Receipts.FromSeq != 0 || *plan.Receipts.ToSeq != 1 ||
+		plan.Receipts.Oldest == nil || plan.Checkpoints != 1 || plan.Anchor == nil || plan.Anchor.Seq != 1 {
+		t.Fatalf("prune --dry-run: %d %q %q; want 6 events, receipts 0..1, 1 checkpoint, anchor at seq 1", code, out, errOut)
+	}
+	if after := files(); !reflect.DeepEqual(after, disk) {
+		t.Fatal("prune --dry-run changed the store's directory")
+	}
+	if code, out, _ := run(t, "", "audit", "tail", "--config", cfgFile, "--tenant", "acme"); code != ExitOK || strings.Count(out, "\n") != 6 {
+		t.Fatalf("tail after a dry run: %d, %d events; want the 6 still there", code, strings.Count(out, "\n"))
+	}
+	code, out, errOut = run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "90d")
 	var res store.PruneResult
 	if code != ExitOK || json.Unmarshal([]byte(out), &res) != nil || res.Events != 6 || res.Receipts != 2 || res.Anchor == nil || res.Anchor.Seq != 1 {
 		t.Fatalf("prune: %d %q %q; want 6 events and receipts 0..1 pruned, anchor at seq 1", code, out, errOut)
+	}
+	if res.Checkpoints != plan.Checkpoints || res.Anchor.Hash != plan.Anchor.Hash {
+		t.Fatalf("prune %+v differs from its dry run %+v", res, plan.PrunePlan)
+	}
+	// After the prune, a dry run has nothing left to remove and shows the
+	// anchor the chain now starts from.
+	code, out, errOut = run(t, "", "audit", "prune", "--config", cfgFile, "--older-than", "90d", "--dry-run")
+	plan.PrunePlan = sqlite.PrunePlan{}
+	if code != ExitOK || json.Unmarshal([]byte(out), &plan) != nil || plan.Events.Count != 0 || plan.Receipts.Count != 0 ||
+		plan.Checkpoints != 0 || plan.Anchor == nil || plan.Anchor.Seq != 1 {
+		t.Fatalf("dry run after prune: %d %q %q; want nothing to remove and the anchor at seq 1", code, out, errOut)
 	}
 	if code, out, errOut := run(t, "", "audit", "tail", "--config", cfgFile, "--tenant", "acme"); code != ExitOK || out != "" {
 		t.Fatalf("tail after prune: %d %q %q", code, out, errOut)

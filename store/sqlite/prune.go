@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/toolgate/toolgate/receipt"
@@ -254,4 +255,164 @@ func (s *Store) retain(retention, every time.Duration, now func() time.Time, sto
 		case <-t.C:
 		}
 	}
+}
+
+// PrunePlan is what Prune with the same cutoff would remove, as PlanPrune
+// computes it without changing anything.
+type PrunePlan struct {
+	// Before is the cutoff: what is older than it would be removed.
+	Before time.Time `json:"before"`
+	// Events are the run events that would be deleted (the longest
+	// commit-order prefix stamped before Before).
+	Events PruneSpan `json:"events"`
+	// Receipts are the store's own chain's receipts that would be deleted.
+	Receipts PruneSpan `json:"receipts"`
+	// Checkpoints is the number of signed checkpoints that would be
+	// deleted with those receipts.
+	Checkpoints int64 `json:"checkpoints"`
+	// Anchor is the signed checkpoint the retained chain would start from
+	// (kept; receipt seq Anchor.Seq + 1 would be the first one kept): the
+	// new anchor when receipts would be deleted, else the current one,
+	// nil when no receipt was or would be pruned.
+	Anchor *receipt.Checkpoint `json:"anchor,omitempty"`
+}
+
+// PruneSpan is a set of records that PlanPrune finds prunable: how many,
+// and the range they cover. Empty when Count is 0.
+type PruneSpan struct {
+	Count int64 `json:"count"`
+	// FromSeq and ToSeq are the first and last receipt seq (receipts
+	// only).
+	FromSeq *uint64 `json:"fromSeq,omitempty"`
+	ToSeq   *uint64 `json:"toSeq,omitempty"`
+	// Oldest and Newest are the earliest and latest event timestamp, or
+	// receipt startedAt.
+	Oldest *time.Time `json:"oldest,omitempty"`
+	Newest *time.Time `json:"newest,omitempty"`
+}
+
+// PlanPrune reports what Prune(ctx, before) would delete and the anchor it
+// would keep, reading one consistent snapshot of the store; it writes
+// nothing. Writes committed after the snapshot (a running gateway's) can
+// make a later Prune remove a little more, never less than reported older
+// than before. Errors: Cancelled, Timeout; AuditUnavailable. Safe for
+// concurrent use.
+func (s *Store) PlanPrune(ctx context.Context, before time.Time) (PrunePlan, error) {
+	const op = "plan prune"
+	plan := PrunePlan{Before: before.UTC()}
+	if err := s.readable(ctx, op); err != nil {
+		return plan, err
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return plan, store.Unavailable(op, err)
+	}
+	defer tx.Rollback()
+	if err := planEvents(ctx, tx, fmtTime(before), &plan.Events); err != nil {
+		return plan, store.Unavailable(op+": events", err)
+	}
+	if err := planReceipts(ctx, tx, s.signer.KeyID(), before.UTC().Format(checkpointTimeLayout), &plan); err != nil {
+		return plan, store.Unavailable(op+": receipts", err)
+	}
+	return plan, nil
+}
+
+// planEvents fills sp with the events pruneEvents would delete, chunk
+// after chunk: those before the first event (commit order) stamped at or
+// after cut.
+func planEvents(ctx context.Context, tx *sql.Tx, cut string, sp *PruneSpan) error {
+	var oldest, newest sql.NullString
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*), MIN(ts), MAX(ts) FROM events
+		WHERE pos < COALESCE((SELECT MIN(pos) FROM events WHERE ts >= ?1), (SELECT MAX(pos) + 1 FROM events))`, cut).
+		Scan(&sp.Count, &oldest, &newest)
+	if err != nil || sp.Count == 0 {
+		return err
+	}
+	return spanTimes(sp, oldest, newest)
+}
+
+// planReceipts fills plan's receipts, checkpoints and anchor with what the
+// chunks of pruneReceipts would do in turn: move the anchor to the last
+// checkpoint of the signed-before-cut prefix of the checkpoints covering
+// stored receipts below the head, deleting the receipts up to it and the
+// checkpoints before it.
+func planReceipts(ctx context.Context, tx *sql.Tx, chain, cut string, plan *PrunePlan) error {
+	var first, head sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MIN(seq), MAX(seq) FROM receipts WHERE chain_id = ?`, chain).Scan(&first, &head); err != nil {
+		return err
+	}
+	k := int64(-1)
+	var kBody []byte
+	if head.Valid {
+		rows, err := tx.QueryContext(ctx, `SELECT seq, json_extract(body, '$.checkpoint.signedAt'), body FROM checkpoints
+			WHERE chain_id = ? AND seq >= ? AND seq < ? ORDER BY seq`, chain, first.Int64, head.Int64)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var seq int64
+			var signedAt sql.NullString
+			var body []byte
+			if err := rows.Scan(&seq, &signedAt, &body); err != nil {
+				rows.Close()
+				return err
+			}
+			if !signedAt.Valid || signedAt.String >= cut {
+				break
+			}
+			k, kBody = seq, body
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+	}
+	if k < 0 {
+		// Nothing to delete: the anchor stays the current one.
+		var body []byte
+		err := tx.QueryRowContext(ctx, `SELECT c.body FROM checkpoints c WHERE c.chain_id = ?1
+			AND c.seq < (SELECT COALESCE(MIN(r.seq), 0) FROM receipts r WHERE r.chain_id = ?1) ORDER BY c.seq LIMIT 1`, chain).Scan(&body)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kBody = body
+	} else {
+		var oldest, newest sql.NullString
+		var from, to int64
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*), MIN(seq), MAX(seq), MIN(json_extract(body, '$.startedAt')), MAX(json_extract(body, '$.startedAt'))
+			FROM receipts WHERE chain_id = ? AND seq <= ?`, chain, k).Scan(&plan.Receipts.Count, &from, &to, &oldest, &newest); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoints WHERE chain_id = ? AND seq < ?`, chain, k).Scan(&plan.Checkpoints); err != nil {
+			return err
+		}
+		f, t := uint64(from), uint64(to)
+		plan.Receipts.FromSeq, plan.Receipts.ToSeq = &f, &t
+		if err := spanTimes(&plan.Receipts, oldest, newest); err != nil {
+			return err
+		}
+	}
+	plan.Anchor = new(receipt.Checkpoint)
+	return plan.Anchor.UnmarshalJSON(kBody)
+}
+
+// spanTimes sets sp's Oldest and Newest from stored times (fmtTime or
+// RFC 3339 strings).
+func spanTimes(sp *PruneSpan, oldest, newest sql.NullString) error {
+	for _, v := range []struct {
+		s   sql.NullString
+		dst **time.Time
+	}{{oldest, &sp.Oldest}, {newest, &sp.Newest}} {
+		if !v.s.Valid || v.s.String == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v.s.String)
+		if err != nil {
+			return fmt.Errorf("stored time %q: %w", v.s.String, err)
+		}
+		*v.dst = &t
+	}
+	return nil
 }

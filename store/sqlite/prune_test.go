@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -68,10 +69,27 @@ func TestPruneLeavesAVerifiableChain(t *testing.T) {
 		}
 	}
 
-	// Keep what is younger than minute 5.5.
-	res, err := s.Prune(ctx, t0.Add(5*time.Minute+30*time.Second))
+	// Keep what is younger than minute 5.5. PlanPrune previews it exactly
+	// and deletes nothing.
+	cut := t0.Add(5*time.Minute + 30*time.Second)
+	plan, err := s.PlanPrune(ctx, cut)
+	if err != nil {
+		t.Fatalf("PlanPrune: %v", err)
+	}
+	if plan.Events.Count != 6 || !plan.Events.Oldest.Equal(t0) || !plan.Events.Newest.Equal(t0.Add(5*time.Minute)) ||
+		plan.Receipts.Count != 6 || *plan.Receipts.FromSeq != 0 || *plan.Receipts.ToSeq != 5 || plan.Checkpoints != 5 ||
+		plan.Anchor == nil || plan.Anchor.Seq != 5 {
+		t.Fatalf("PlanPrune = %+v; want 6 events (minutes 0..5), receipts 0..5, 5 checkpoints, anchor at seq 5", plan)
+	}
+	if again, _ := s.PlanPrune(ctx, cut); !reflect.DeepEqual(again, plan) {
+		t.Fatalf("a second PlanPrune = %+v, want the same %+v (the first changed something)", again, plan)
+	}
+	res, err := s.Prune(ctx, cut)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
+	}
+	if res.Anchor == nil || res.Anchor.Hash != plan.Anchor.Hash {
+		t.Fatalf("Prune's anchor %+v is not PlanPrune's %+v", res.Anchor, plan.Anchor)
 	}
 	if res.Events != 6 || res.Receipts != 6 || res.Checkpoints != 5 || res.Anchor == nil || res.Anchor.Seq != 5 {
 		t.Fatalf("Prune = %+v (anchor %+v), want 6 events, receipts 0..5, checkpoints 0..4, anchor at seq 5", res, res.Anchor)
