@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/audit"
 )
@@ -53,6 +54,14 @@ type FeedOptions struct {
 	// every commit before any reader can see it. Errors should be
 	// *errcode.Error; Follow returns them as they are.
 	Committed func(ctx context.Context) (int64, error)
+	// Poll, when positive, makes every follower read the backend's commit
+	// order (Committed, then ReadAfter) at least once per Poll instead of
+	// waiting for Publish: for a backend whose log other processes also
+	// write (an SQLite file a gateway writes while a CLI follows it), whose
+	// commits this Feed is never told about. A Publish still wakes the
+	// followers at once. Requires Committed (NewFeed ignores Poll without
+	// it). 0 delivers only what Publish hands on.
+	Poll time.Duration
 }
 
 // Feed is the follow-mode fan-out a backend embeds to implement
@@ -77,8 +86,11 @@ type Feed struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
+	poll time.Duration // FeedOptions.Poll; 0 unless committed is set
+
 	mu     sync.Mutex
 	last   int64                             // Pos of the last published event
+	wake   chan struct{}                     // closed (and replaced) by Publish, for polling followers
 	subs   map[string]map[*follower]struct{} // attached followers by tenant
 	closed bool
 }
@@ -102,9 +114,12 @@ func NewFeed(read ReadAfter, last int64, opts FeedOptions) *Feed {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Committed == nil || opts.Poll < 0 {
+		opts.Poll = 0
+	}
 	return &Feed{
-		read: read, committed: opts.Committed, buffer: opts.Buffer, page: opts.Page, log: opts.Logger,
-		done: make(chan struct{}), last: last, subs: make(map[string]map[*follower]struct{}),
+		read: read, committed: opts.Committed, buffer: opts.Buffer, page: opts.Page, log: opts.Logger, poll: opts.Poll,
+		done: make(chan struct{}), last: last, subs: make(map[string]map[*follower]struct{}), wake: make(chan struct{}),
 	}
 }
 
@@ -119,6 +134,10 @@ func (f *Feed) Publish(recs []Record) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.poll > 0 {
+		close(f.wake)
+		f.wake = make(chan struct{})
+	}
 	for _, r := range recs {
 		if r.Pos > f.last {
 			f.last = r.Pos
@@ -163,9 +182,16 @@ func (f *Feed) Follow(ctx context.Context, tenant, cursor string) (<-chan Follow
 		return nil, err
 	}
 	var after int64
-	if cursor == "" {
+	switch {
+	case cursor == "" && f.poll > 0:
+		last, err := f.committed(ctx)
+		if err != nil {
+			return nil, err
+		}
+		after = max(last, f.Last())
+	case cursor == "":
 		after = f.Last()
-	} else {
+	default:
 		c, err := ParseCursor(cursor)
 		if err != nil {
 			return nil, err
@@ -183,8 +209,71 @@ func (f *Feed) Follow(ctx context.Context, tenant, cursor string) (<-chan Follow
 	f.wg.Add(1)
 	f.mu.Unlock()
 	out := make(chan Followed)
-	go f.run(ctx, &follower{tenant: tenant}, after, out)
+	if f.poll > 0 {
+		go f.runPolling(ctx, tenant, after, out)
+	} else {
+		go f.run(ctx, &follower{tenant: tenant}, after, out)
+	}
 	return out, nil
+}
+
+// runPolling is a follower's goroutine when FeedOptions.Poll is set: it
+// reads the backend's commit order after its last delivered position up to
+// the last committed one, then waits for a Publish or Poll, until ctx is
+// done or the feed closes. Reading positions in commit order from the
+// store, never from live buffers, is what makes it see every process's
+// commits exactly once: a backend's positions become readable in
+// increasing order (FeedOptions.Committed).
+func (f *Feed) runPolling(ctx context.Context, tenant string, after int64, out chan<- Followed) {
+	defer f.wg.Done()
+	defer close(out)
+	t := time.NewTimer(f.poll)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		wake, closed := f.wake, f.closed
+		f.mu.Unlock()
+		if closed {
+			return
+		}
+		upto, err := f.committed(ctx)
+		if err == nil {
+			upto = max(upto, f.Last())
+		}
+		for err == nil && after < upto {
+			var recs []Record
+			if recs, err = f.read(ctx, tenant, after, upto, f.page); err != nil {
+				break
+			}
+			for i := range recs {
+				if recs[i].Pos <= after || recs[i].Pos > upto {
+					continue
+				}
+				if !f.send(ctx, out, &recs[i]) {
+					return
+				}
+				after = recs[i].Pos
+			}
+			if len(recs) < f.page {
+				after = upto // no more of this tenant's events up to upto
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("store: follow: polling read failed", "tenant", tenant, "after", after, "err", err)
+			}
+			return
+		}
+		t.Reset(f.poll)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		case <-f.done:
+			return
+		}
+	}
 }
 
 // checkBehind fails with ErrCursorAhead unless pos is at most the position

@@ -94,7 +94,8 @@ func newAuditTailCmd() *cobra.Command {
 		Short: "Print a tenant's audit events as JSON lines",
 		Long: `Print the OpenWOP run events stored in the configured SQLite store, one JSON object per line:
 one run's events in sequence order (--run), or all of the tenant's events in commit order. With
---follow, keep printing new events as they are committed, until interrupted.`,
+--follow, keep printing new events as they are committed, by this or any other process (a running
+gateway), until interrupted; the store is polled, so an event shows within 200 ms.`,
 		Example: `  toolgate audit tail --config toolgate.yaml --tenant acme --run run-42
   toolgate audit tail --config toolgate.yaml --tenant acme --follow`,
 		Args: cobra.NoArgs,

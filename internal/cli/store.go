@@ -2,13 +2,17 @@ package cli
 
 import (
 	"context"
-
 	"os"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store/sqlite"
 )
+
+// followPoll bounds how long `audit tail --follow` takes to show an event
+// that a gateway (another process) committed to the store.
+const followPoll = 200 * time.Millisecond
 
 // openStore opens the configured durable store with the gateway's signing
 // key. The key file must exist (the gateway creates it on first start):
@@ -27,7 +31,7 @@ func openStore(ctx context.Context, cfg *config.Config) (*sqlite.Store, error) {
 	if err != nil {
 		return nil, failure("signing key %s: %v", cfg.Signing.KeyFile, err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Existing: true})
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Existing: true, FollowPoll: followPoll})
 	if err != nil {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
 	}

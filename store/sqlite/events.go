@@ -177,7 +177,8 @@ func (s *Store) EventsByTime(ctx context.Context, tenant string, from, to time.T
 }
 
 // Follow implements store.Events.Follow (store.Feed over the writer's
-// commits; catch-up reads from the read pool).
+// commits; catch-up reads from the read pool). With Options.FollowPoll it
+// also delivers other processes' commits to the file, polling.
 func (s *Store) Follow(ctx context.Context, tenant, cursor string) (<-chan store.Followed, error) {
 	if err := s.readable(ctx, "follow events"); err != nil {
 		return nil, err

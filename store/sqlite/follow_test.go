@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,5 +66,89 @@ func TestFollowCursorAfterPruneAndReopen(t *testing.T) {
 		}
 	case <-fctx.Done():
 		t.Fatal("follower got nothing")
+	}
+}
+
+// Issue 13.15: with FollowPoll, a Store's followers see the events another
+// Store (another process, in production: `audit tail --follow` beside a
+// running gateway) commits to the same file, in commit order, each once,
+// interleaved with its own commits; without it they see only their own.
+func TestFollowSeesAnotherStoresCommits(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	gw := openAt(t, path, Options{})
+	if err := gw.AppendEvents(ctx, event(t, "acme", "run_old", 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	tail := openAt(t, path, Options{FollowPoll: 20 * time.Millisecond, Signer: signerN(2)})
+	plain := openAt(t, path, Options{Signer: signerN(3)})
+	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fromNow, err := tail.Follow(fctx, "acme", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromStart, err := tail.Follow(fctx, "acme", store.FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := plain.Follow(fctx, "acme", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other store's commits, one of another tenant, and one of the
+	// follower's own store in between.
+	var want []string
+	for i := range 3 {
+		ev := event(t, "acme", "run_gw", i, 0)
+		if err := gw.AppendEvents(ctx, ev, event(t, "other", "run_x", i, 0)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ev.EventID)
+		if i == 1 {
+			mine := event(t, "acme", "run_tail", 0, 0)
+			if err := tail.AppendEvents(ctx, mine); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, mine.EventID)
+		}
+	}
+	recv := func(name string, ch <-chan store.Followed, n int) []string {
+		var got []string
+		for len(got) < n {
+			select {
+			case f, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: channel closed after %v", name, got)
+				}
+				got = append(got, f.Event.EventID)
+			case <-fctx.Done():
+				t.Fatalf("%s: got %v, want %v", name, got, want)
+			}
+		}
+		return got
+	}
+	if got := recv("follow from now", fromNow, len(want)); !slices.Equal(got, want) {
+		t.Fatalf("follow from now: %v, want %v", got, want)
+	}
+	if got := recv("follow from start", fromStart, len(want)+1); !slices.Equal(got[1:], want) {
+		t.Fatalf("follow from start: %v, want run_old's event then %v", got, want)
+	}
+	// Without FollowPoll, a follower still sees its own store's commits.
+	mine := event(t, "acme", "run_plain", 0, 0)
+	if err := plain.AppendEvents(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv("own commits", own, 1); got[0] != mine.EventID {
+		t.Fatalf("own commits: %v, want %s (the other stores' events are not delivered without FollowPoll)", got, mine.EventID)
+	}
+	// Nothing is delivered twice: the polling follower's next events are
+	// that one (a third store's) and one more of the gateway's.
+	last := event(t, "acme", "run_gw", 3, 0)
+	if err := gw.AppendEvents(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv("follow from now", fromNow, 2); !slices.Equal(got, []string{mine.EventID, last.EventID}) {
+		t.Fatalf("after two more commits: %v, want [%s %s]", got, mine.EventID, last.EventID)
 	}
 }

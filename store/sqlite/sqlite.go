@@ -191,6 +191,12 @@ type Options struct {
 	// FollowBuffer is each follower's live buffer in events
 	// (store.FeedOptions.Buffer); 0 means 256.
 	FollowBuffer int
+	// FollowPoll, when positive, makes Follow read the file's commit order
+	// at least every FollowPoll (store.FeedOptions.Poll), so that a
+	// follower also sees events other processes commit to the file (a
+	// gateway's, for a command that follows beside it), within FollowPoll.
+	// 0 delivers only this Store's own commits, as they commit.
+	FollowPoll time.Duration
 	// ReadConns bounds the read-only connection pool; 0 means 4.
 	ReadConns int
 	// Logger receives operator logs (failed batches, recoveries); nil
@@ -337,7 +343,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.ckpt = newCheckpointer(s.cdb, s.log)
 	w.ckpt = s.ckpt
-	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log, Committed: s.lastCommitted})
+	s.feed = store.NewFeed(s.readAfter, w.lastPos, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: s.log, Committed: s.lastCommitted, Poll: opts.FollowPoll})
 	w.feed = s.feed
 	go w.run()
 	if opts.Retention > 0 {
