@@ -16,21 +16,32 @@ func newValidateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate --config FILE",
 		Short: "Check a configuration file and report every issue with file:line",
-		Long: `Decode the configuration strictly (an unknown key is an error), validate every section and
-compile the policy (CEL conditions type-checked). All issues are reported at once, one per line
-as file:line:col: message. A backend the config format names but this build's serve lacks
-(store.driver postgres or memory, ratelimit.backend redis) is an issue too. Credentials that this
-environment cannot read are warnings (serve reads its own environment). Exits 0 when the file is
-valid, 1 otherwise.`,
+		Long: `Decode the configuration strictly (an unknown key is an error, with a "did you mean" hint),
+validate every section and compile the policy (CEL conditions type-checked). All issues of every
+section are reported at once, one per line as file:line:col: message. What serve would hit with the
+file here is an issue too: a backend the config format names but this build's serve lacks
+(store.driver postgres or memory, ratelimit.backend redis), a stdio command not found on PATH or
+not executable, a rule naming a server that is not configured. Nothing is started or connected.
+Credentials that this environment cannot read are warnings (serve reads its own environment).
+Exits 0 when the file is valid, 1 otherwise.`,
 		Example: `  toolgate validate --config toolgate.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(file)
+			cfg, issues, err := config.LoadAll(file)
 			if err != nil {
-				return err
+				return failure("%v", err)
 			}
-			if err := servable(cfg); err != nil {
-				return err
+			// Every issue of every section at once: the file's own, then
+			// what serve would hit with it here (a backend it lacks, a
+			// stdio command it cannot start). Nothing is started or
+			// connected.
+			if cfg != nil {
+				issues = append(issues, backendIssues(cfg)...)
+				issues = append(issues, cfg.CommandIssues()...)
+			}
+			if len(issues) > 0 {
+				issues = issues.Sorted()
+				return failure("%s has %d issue(s):\n%s", file, len(issues), issues.Error())
 			}
 			// Credentials are read from serve's own environment and files
 			// (hook secrets at start, upstream credentials at connect), which
@@ -64,13 +75,33 @@ valid, 1 otherwise.`,
 // memory, ratelimit.backend redis) that serve does not have yet, and
 // validate must not call such a file OK.
 func servable(cfg *config.Config) error {
-	if cfg.Store.Driver != "sqlite" {
-		return failure("%s: store.driver %q: serve supports sqlite (postgres and memory are not built yet)", cfg.File, cfg.Store.Driver)
-	}
-	if cfg.RateLimit.Backend != "memory" {
-		return failure("%s: ratelimit.backend %q: serve supports memory (redis is not built yet)", cfg.File, cfg.RateLimit.Backend)
+	if is := backendIssues(cfg); len(is) > 0 {
+		return failure("%s", is.Error())
 	}
 	return nil
+}
+
+// backendIssues are servable's refusals, located.
+func backendIssues(cfg *config.Config) policy.Issues {
+	var is policy.Issues
+	if oneOf(cfg.Store.Driver, "postgres", "memory") {
+		is = append(is, policy.Issue{Pos: cfg.PosOf("store", "driver"),
+			Message: fmt.Sprintf("store.driver %q: serve supports sqlite (postgres and memory are not built yet)", cfg.Store.Driver)})
+	}
+	if cfg.RateLimit.Backend == "redis" {
+		is = append(is, policy.Issue{Pos: cfg.PosOf("ratelimit", "backend"),
+			Message: fmt.Sprintf("ratelimit.backend %q: serve supports memory (redis is not built yet)", cfg.RateLimit.Backend)})
+	}
+	return is
+}
+
+func oneOf(v string, allowed ...string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
 }
 
 // loadConfig loads file and turns located issues into one failure listing

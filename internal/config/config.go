@@ -48,6 +48,8 @@ type Config struct {
 	// Derived by Load.
 	File   string          `yaml:"-"`
 	Policy *policy.Program `yaml:"-"` // nil when the file has no policy block (deny all)
+
+	doc *yaml.Node // the document's root mapping, for PosOf
 }
 
 // Naming controls tool names on the MCP surface.
@@ -324,6 +326,15 @@ const MaxIssues = 200
 // Load reads and validates the file at path. The error, when not an I/O
 // error, is policy.Issues listing every problem with file:line.
 func Load(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// readFile reads a configuration file, at most MaxFileSize bytes.
+func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
@@ -339,13 +350,24 @@ func Load(path string) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("reading config: %s is larger than %d MiB", path, MaxFileSize>>20)
 	}
-	return Parse(path, data)
+	return data, nil
 }
 
 var lineMsg = regexp.MustCompile(`^line (\d+): (.*)$`)
 
-// Parse decodes and validates a configuration document named file.
+// Parse decodes and validates a configuration document named file. The
+// error is policy.Issues listing every problem with file:line:col.
 func Parse(file string, data []byte) (*Config, error) {
+	cfg, issues := parse(file, data)
+	if len(issues) > 0 {
+		return nil, issues
+	}
+	return cfg, nil
+}
+
+// parse is Parse returning what it decoded even when there are issues
+// (nil when the document could not be decoded at all), for LoadAll.
+func parse(file string, data []byte) (*Config, policy.Issues) {
 	var issues policy.Issues
 	add := func(n *yaml.Node, format string, args ...any) {
 		p := policy.Pos{File: file}
@@ -356,7 +378,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err), Col: 1}, Message: yamlSyntax(err)}}
+		return nil, policy.Issues{{Pos: syntaxPos(file, data, err), Message: yamlSyntax(err)}}
 	}
 	cfg := &Config{File: file}
 	if len(root.Content) == 0 {
@@ -375,23 +397,25 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := dec.Decode(cfg); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return nil, policy.Issues{{Pos: policy.Pos{File: file, Line: yamlErrLine(err), Col: 1}, Message: yamlSyntax(err)}}
+			return nil, policy.Issues{{Pos: syntaxPos(file, data, err), Message: yamlSyntax(err)}}
 		}
 		for _, m := range te.Errors {
 			p := policy.Pos{File: file}
 			if sm := lineMsg.FindStringSubmatch(m); sm != nil {
 				p.Line, _ = strconv.Atoi(sm[1])
-				m = friendly(sm[2])
+				m = friendly(sm[2]) + keyHint(sm[2])
 				p.Col = columnOf(lines, p.Line, sm[2])
 			}
 			issues = append(issues, policy.Issue{Pos: p, Message: m})
 		}
 	}
 	doc := root.Content[0]
+	cfg.doc = doc
 	at := func(path ...any) *yaml.Node { return find(doc, path...) }
 
 	cfg.applyDefaults()
 	cfg.validate(at, add)
+	cfg.checkServerRefs(doc, add)
 
 	if cfg.PolicyNode.Kind != 0 {
 		// Parse and compile even when parsing found issues, so that CEL
@@ -416,7 +440,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			issues = append(issues[:MaxIssues], policy.Issue{Pos: policy.Pos{File: file, Line: issues[MaxIssues].Pos.Line},
 				Message: fmt.Sprintf("... and %d more issue(s)", more)})
 		}
-		return nil, issues
+		return cfg, issues
 	}
 	return cfg, nil
 }
@@ -534,6 +558,7 @@ func yamlSyntax(err error) string {
 	return "YAML syntax: " + linePrefix.ReplaceAllString(err.Error(), "")
 }
 
+// yamlErrLine is the line yaml.v3 names in err, 1 if none.
 func yamlErrLine(err error) int {
 	if sm := regexp.MustCompile(`line (\d+)`).FindStringSubmatch(err.Error()); sm != nil {
 		n, _ := strconv.Atoi(sm[1])
