@@ -33,11 +33,12 @@ Exits 0 when the file is valid, 1 otherwise.`,
 			}
 			// Every issue of every section at once: the file's own, then
 			// what serve would hit with it here (a backend it lacks, a
-			// stdio command it cannot start). Nothing is started or
-			// connected.
+			// stdio command it cannot start, a rule for a server it does
+			// not have). Nothing is started or connected.
 			if cfg != nil {
 				issues = append(issues, backendIssues(cfg)...)
 				issues = append(issues, cfg.CommandIssues()...)
+				issues = append(issues, cfg.ServerRefIssues()...)
 			}
 			if len(issues) > 0 {
 				issues = issues.Sorted()

@@ -95,11 +95,23 @@ func commandProblem(name, cwd string) string {
 	return ""
 }
 
-// checkServerRefs reports each mcp: tool pattern of the policy rules, the
+// ServerRefIssues reports each mcp: tool pattern of the policy rules, the
 // rate limits and the tools: classifications whose server is literal and
-// not configured (a rule that can never apply, or a typo): "mcp:nosuch.*"
-// with no server nosuch. A pattern whose server part has a wildcard is not
-// checked.
+// not configured: "mcp:nosuch.*" with no server nosuch, a rule that can
+// never apply (most often a typo). A pattern whose server part has a
+// wildcard is not checked. It is a check of `toolgate validate`, not a
+// load error: a file may keep rules for a server it serves only at times.
+func (c *Config) ServerRefIssues() policy.Issues {
+	var issues policy.Issues
+	if c.doc != nil {
+		c.checkServerRefs(c.doc, func(n *yaml.Node, format string, args ...any) {
+			issues = append(issues, policy.Issue{Pos: policy.Pos{File: c.File, Line: n.Line, Col: n.Column}, Message: fmt.Sprintf(format, args...)})
+		})
+	}
+	return issues
+}
+
+// checkServerRefs implements ServerRefIssues over the document doc.
 func (c *Config) checkServerRefs(doc *yaml.Node, add func(*yaml.Node, string, ...any)) {
 	servers := make([]string, 0, len(c.Servers))
 	known := map[string]bool{}

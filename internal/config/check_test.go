@@ -78,10 +78,11 @@ credentials: {s: {env: S, fil: x}}
 }
 
 // Issue 13.18: a rule, a rate limit or a classification naming a server
-// that is not configured can never apply: a load error at the pattern,
-// with a hint. Patterns whose server part is a wildcard are not checked.
+// that is not configured can never apply: ServerRefIssues (validate)
+// reports it at the pattern, with a hint. Patterns whose server part is a
+// wildcard are not checked.
 func TestPatternNamingUnconfiguredServer(t *testing.T) {
-	got := issuesOf(t, `
+	cfg, err := Parse("c.yaml", []byte(`
 listen: 127.0.0.1:1
 servers: [{name: fs, url: "http://127.0.0.1:9/mcp"}]
 tools:
@@ -92,7 +93,14 @@ policy:
     - {id: typo, effect: allow, tools: ["mcp:fz.read", "mcp:nosuch/file:///x", "mcp:nosuch#p"]}
   ratelimits:
     - {tools: ["mcp:nosuch.*"], per: principal_tool, rate: 1/s, burst: 1}
-`)
+`))
+	if err != nil {
+		t.Fatalf("a pattern naming an unconfigured server is not a load error: %v", err)
+	}
+	var got []string
+	for _, i := range cfg.ServerRefIssues() {
+		got = append(got, fmt.Sprintf("%d:%d: %s", i.Pos.Line, i.Pos.Col, i.Message))
+	}
 	want := []string{
 		`5:13: tools[0].match "mcp:gh.*" names server "gh", which is not configured in servers; configured: fs`,
 		`9:41: rule "typo": tool pattern "mcp:fz.read" names server "fz", which is not configured in servers (did you mean "fs"?)`,

@@ -415,7 +415,6 @@ func parse(file string, data []byte) (*Config, policy.Issues) {
 
 	cfg.applyDefaults()
 	cfg.validate(at, add)
-	cfg.checkServerRefs(doc, add)
 
 	if cfg.PolicyNode.Kind != 0 {
 		// Parse and compile even when parsing found issues, so that CEL
