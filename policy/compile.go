@@ -125,8 +125,10 @@ type toolIndex struct {
 // Options.KnownTools; an empty scope; a CEL syntax or type error (mapped to
 // the file column of the `when` scalar when it sits on one line); a
 // condition that is not bool; a condition that can never be decided (it
-// fails, or is false, whatever the input); a bad rate, a burst < 1 or an
-// unknown `per`. The Issues are sorted by position; any other error is an
+// fails, or is false, whatever the input); a bad rate (ratelimit.ParseRate:
+// also one outside [ratelimit.MinRate, ratelimit.MaxRate] tokens/s after
+// conversion), a burst outside [1, ratelimit.MaxBurst] or an unknown
+// `per`. The Issues are sorted by position; any other error is an
 // *errcode.Error with code Internal. CEL conditions are type-checked
 // against the variables principal, tool, args, call and now (see the
 // package doc) and compiled to evaluable programs once, here (cel-go
@@ -547,6 +549,9 @@ func (c *compiler) rateLimit(rs *RateLimitSpec) *rateLimit {
 		ok = false
 	case rs.Burst < 1:
 		c.errorf(orPos(rs.burstPos, rs.Pos), "ratelimit: burst must be at least 1, got %d", rs.Burst)
+		ok = false
+	case rs.Burst > ratelimit.MaxBurst:
+		c.errorf(orPos(rs.burstPos, rs.Pos), "ratelimit: burst must be at most %d, got %d", ratelimit.MaxBurst, rs.Burst)
 		ok = false
 	}
 	if !ok {
