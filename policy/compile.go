@@ -358,10 +358,18 @@ func (c *compiler) rule(rs *RuleSpec, i int, seen map[string]Pos) *rule {
 			break
 		}
 	}
-	if len(rs.Scopes) > 0 && rs.Effect == EffectDeny {
+	switch {
+	case len(rs.Scopes) == 0:
+	case rs.Effect == EffectDeny:
 		// Scopes restrict whom a rule grants to; on a deny rule they would
 		// silently do nothing.
-		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow and require_approval rules only; a deny rule denies whatever the scopes", name)
+		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow rules only; a deny rule denies whatever the scopes", name)
+		ok = false
+	case rs.Effect == EffectRequireApproval:
+		// Only allow rules grant (issue 13.7): a require_approval rule
+		// restricts what an allow rule grants, so scopes on it would either
+		// do nothing or exempt principals lacking them from approval.
+		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow rules only; a require_approval rule only restricts what an allow rule grants, so put the scopes on that allow rule", name)
 		ok = false
 	}
 	if rs.Approver != "" && rs.Effect != EffectRequireApproval {

@@ -65,17 +65,23 @@
 //  1. Deny rules are evaluated first. If one matches (condition true), the
 //     decision is deny by that rule (Layer "rule"). Deny rules never need
 //     scopes.
-//  2. Else require_approval rules, then allow rules. A matching rule grants
-//     its effect only if the principal holds every scope it requires: the
-//     descriptor's auth.scopes (always required) ∪ the rule's scopes. The
-//     first granting rule of the highest tier decides (Layer "rule").
-//  3. A matching rule that cannot grant for lack of scopes does not decide;
-//     if nothing grants, the decision is deny, Layer "scopes", naming the
-//     first such rule, with MissingScopes and Reason "missing scopes: a, b".
-//     This holds under default allow too.
-//  4. If no rule matches, the default posture decides (Layer "default",
-//     RuleID ""). Under default allow the descriptor scopes are still
-//     required (missing → deny, Layer "scopes").
+//  2. Else allow rules grant: a matching allow rule grants only if the
+//     principal holds every scope it requires: the descriptor's
+//     auth.scopes (always required) ∪ the rule's scopes. The first
+//     granting allow rule decides.
+//  3. A matching allow rule that cannot grant for lack of scopes does not
+//     decide; if nothing grants, the decision is deny, Layer "scopes",
+//     naming the first such rule, with MissingScopes and Reason "missing
+//     scopes: a, b". This holds under default allow too.
+//  4. If no allow rule matches, the default posture decides (Layer
+//     "default", RuleID ""). Under default allow the descriptor scopes are
+//     still required (missing → deny, Layer "scopes").
+//  5. Only a granted call (steps 2 and 4) meets the require_approval rules:
+//     the first matching one turns the grant into require_approval by that
+//     rule (Layer "rule"). A require_approval rule never grants (issue
+//     13.7): like a deny rule it only restricts what is otherwise allowed,
+//     so adding any rule that is not allow can never widen access. Scopes
+//     on a require_approval or deny rule are a load issue.
 //
 // Fail closed (DESIGN.md decision 1): if a condition fails (CEL runtime
 // error such as comparing a string with an int, a missing key, cost limit,
@@ -84,13 +90,13 @@
 // (*errcode.Error: Timeout or Cancelled for the context, Forbidden
 // otherwise), whenever the failing rule could have changed the outcome:
 // any failing deny rule (unless another deny rule matches, which then
-// decides), and a failing approval or allow rule unless another rule of the
-// same tier grants. A failing approval rule therefore blocks allow rules,
-// even those that would grant. A done context denies before any rule is
-// looked at. A nil Program denies with Layer "no-policy".
+// decides), a failing allow rule unless another allow rule grants, and any
+// failing require_approval rule of a granted call (even when another one
+// matches). A done context denies before any rule is looked at. A nil
+// Program denies with Layer "no-policy".
 //
 // RequiredScopes in every decision is the descriptor's scopes ∪ the
-// deciding allow/approval rule's scopes, sorted.
+// granting allow rule's scopes, sorted.
 //
 // # Disclosure
 //
