@@ -454,7 +454,14 @@ func (c *compiler) condition(name string, rs *RuleSpec, r *rule) bool {
 		}
 		return false
 	}
-	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+	switch t := checked.OutputType(); {
+	case t.IsExactType(types.BoolType):
+	case t.IsExactType(types.DynType):
+		// A dyn condition (args.flag) would fail at run time for any
+		// value that is not a bool: say what is meant (issue 13.9).
+		c.errorf(rs.WhenPos, "%s: when must be a bool expression, got dyn; compare the value, e.g. args.flag == true", name)
+		return false
+	default:
 		c.errorf(rs.WhenPos, "%s: when must be a bool expression, got %s", name, t.String())
 		return false
 	}
@@ -578,7 +585,7 @@ func (noEstimates) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNod
 
 // inspect reports whether the checked condition has a comprehension,
 // whether it may read `args`, and whether it may read a variable that is
-// unknown at list time (`args` or `call`; any identifier of that name,
+// unknown at list time (`args`, `call` or `request`; any identifier of that name,
 // conservatively including a comprehension variable).
 func inspect(a *cel.Ast) (comprehension, args, listVar bool) {
 	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
@@ -589,7 +596,7 @@ func inspect(a *cel.Ast) (comprehension, args, listVar bool) {
 			switch e.AsIdent() {
 			case "args":
 				args, listVar = true, true
-			case "call":
+			case "call", "request":
 				listVar = true
 			}
 		}

@@ -50,10 +50,16 @@ type Principal struct {
 
 // Tool is the descriptor of the tool being decided (OpenWOP RFC 0078
 // ToolDescriptor, adapted from the catalog by the pipeline; this package
-// does not import catalog). In conditions it is the map `tool`: every entry
-// of Fields (the whole descriptor as a JSON-like map) overlaid with id,
-// source, safetyTier (strings) and scopes (list of strings), which are
-// always present. Plain data, only read by the policy.
+// does not import catalog). In conditions it is the typed object `tool`
+// (toolgate.Tool) with the descriptor's fields: id and toolId (the
+// canonical toolId), source, title, description, egress, approval,
+// replayPolicy, safetyTier, costHint, latencyHint (string; "" when absent),
+// scopes (list(string), the descriptor's auth.scopes), auth
+// (toolgate.ToolAuth {scopes list(string)}), inputSchema and outputSchema
+// (dyn; {} when absent). Source, SafetyTier and Scopes win over Fields; the
+// other string fields come from Fields. A field that is not one of these
+// (tool.arguments) is a load issue, not a dead rule. Plain data, only read
+// by the policy.
 type Tool struct {
 	// ID is the canonical toolId (DESIGN.md decision 3); globs match it.
 	ID string `json:"id"`
@@ -80,6 +86,16 @@ type Call struct {
 	ParentCallID string `json:"parentCallId,omitempty"`
 }
 
+// Request is the MCP request a decision is made for (the `request`
+// variable, toolgate.Request {method, uri string}): Method is the JSON-RPC
+// method ("tools/call", "resources/read", …) and URI the resource URI of a
+// resources request. Both are "" when the caller does not set them. Unknown
+// at list time, like call. Plain data, only read by the policy.
+type Request struct {
+	Method string `json:"method,omitempty"`
+	URI    string `json:"uri,omitempty"`
+}
+
 // Input is everything a decision may depend on. Decide, Disclose and
 // Explain only read it (and the maps and slices it refers to), so one Input
 // may be shared by concurrent decisions as long as nobody mutates it.
@@ -93,6 +109,8 @@ type Input struct {
 	// whose condition depends on args.
 	ArgsKnown bool `json:"argsKnown"`
 	Call      Call `json:"call"`
+	// Request is the `request` variable (unknown at list time).
+	Request Request `json:"request,omitzero"`
 	// Now is the `now` variable (google.protobuf.Timestamp, UTC); the zero
 	// time means the wall clock at evaluation.
 	Now time.Time `json:"now,omitzero"`

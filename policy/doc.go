@@ -32,19 +32,28 @@
 //
 // # Conditions
 //
-// `when` is a CEL expression of type bool (or dyn, checked at run time) over:
+// `when` is a CEL expression of type bool over:
 //
 //   - principal: object toolgate.Principal {id, tenant string; scopes
 //     list(string); attributes map(string, string)}. Unknown fields
 //     (principal.idd) and ill-typed uses (principal.id + 1) are compile
 //     errors. has(principal.f) is true when f is non-empty.
-//   - tool: map(string, dyn): the descriptor (Tool.Fields) with id, source,
-//     safetyTier and scopes always present.
+//   - tool: object toolgate.Tool, the descriptor (see Tool): id, toolId,
+//     source, title, description, egress, approval, replayPolicy,
+//     safetyTier, costHint, latencyHint string; scopes list(string); auth
+//     toolgate.ToolAuth {scopes list(string)}; inputSchema, outputSchema
+//     dyn. A field the descriptor does not have (tool.arguments) is a load
+//     issue, also under has(). has(tool.f) is true when f is set.
 //   - args: map(string, dyn): the call's decoded JSON arguments. Unknown at
 //     list time.
 //   - call: object toolgate.Call {transport, callId, runId, agentId,
-//     parentCallId string}.
+//     parentCallId string}. Unknown at list time.
+//   - request: object toolgate.Request {method, uri string} (Input.Request).
+//     Unknown at list time.
 //   - now: google.protobuf.Timestamp (Input.Now, or the wall clock).
+//
+// A condition must be statically bool: one of another type (tool.title) or
+// of type dyn (args.flag; write args.flag == true) is a load issue.
 //
 // A missing map key (args.path when the call has no path,
 // principal.attributes.team when the principal has no team) is an
