@@ -480,6 +480,7 @@ var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("call", cel.ObjectType(callTypeName)),
 		cel.Variable("request", cel.ObjectType(requestTypeName)),
 		cel.Variable("now", cel.TimestampType),
+		pathLib(),
 		cel.ParserExpressionSizeLimit(maxWhenLen),
 	)
 })
