@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-		"path/filepath"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
