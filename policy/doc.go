@@ -19,9 +19,10 @@
 //
 //	default: deny            # or allow; default deny
 //	rules:
-//	  - {id: readers, effect: allow, tools: ["mcp:fs.*"], scopes: [fs:read], reason: "readers may read"}
-//	  - {id: no-etc, effect: deny, tools: ["mcp:fs.*"], when: 'has(args.path) && args.path.startsWith("/etc")'}
-//	  - {id: big-writes, effect: require_approval, tools: ["mcp:fs.write_file"], when: 'size(args.content) > 10000'}
+//	  - {id: readers, effect: allow, tools: ["mcp:fs.read_text_file"], scopes: [fs:read], reason: "readers may read"}
+//	  - {id: writers, effect: allow, tools: ["mcp:fs.write_file"], scopes: [fs:write]}
+//	  - {id: data-only, effect: deny, tools: ["mcp:fs.*"], when: 'has(args.path) && !path.isUnder(args.path, "/srv/data")'}
+//	  - {id: big-writes, effect: require_approval, tools: ["mcp:fs.write_file"], when: 'has(args.content) && size(args.content) > 10000'}
 //	ratelimits:
 //	  - {tools: ["*"], per: principal_tool, rate: 10/s, burst: 20}
 //
@@ -51,6 +52,15 @@
 //   - request: object toolgate.Request {method, uri string} (Input.Request).
 //     Unknown at list time.
 //   - now: google.protobuf.Timestamp (Input.Now, or the wall clock).
+//
+// Besides the CEL standard library, conditions may call path.clean(p) and
+// path.isUnder(p, dir) / path.isUnder(p, dir, root): lexical POSIX path
+// functions (Go's path.Clean; "." and ".." resolved) that never touch the
+// file system, so symbolic links are the upstream's to resolve. A relative
+// p is resolved against dir, or against root when given (a relative dir
+// too); dir without a root, and root, must be absolute, else the call fails
+// closed (a load issue for a literal). Compile warns (Program.Warnings)
+// about startsWith on an argument named like a path.
 //
 // A condition must be statically bool: one of another type (tool.title) or
 // of type dyn (args.flag; write args.flag == true) is a load issue.
