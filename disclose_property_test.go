@@ -362,7 +362,7 @@ func strictness(e policy.Effect) int {
 // are a subset of those disclosed before.
 func TestNonAllowRuleNeverWidens(t *testing.T) {
 	r := rand.New(rand.NewPCG(2026, 13))
-	const cases = 150
+	const cases = 60
 	var widened, narrowed, approvals int
 	for c := 0; c < cases; c++ {
 		tools := randomTools(r)
