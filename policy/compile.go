@@ -626,7 +626,7 @@ func (noEstimates) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNod
 
 // inspect reports whether the checked condition has a comprehension,
 // whether it may read `args`, and whether it may read a variable that is
-// unknown at list time (`args`, `call` or `request`; any identifier of that name,
+// unknown at list time (`args` or `call`; any identifier of that name,
 // conservatively including a comprehension variable).
 func inspect(a *cel.Ast) (comprehension, args, listVar bool) {
 	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
@@ -637,7 +637,7 @@ func inspect(a *cel.Ast) (comprehension, args, listVar bool) {
 			switch e.AsIdent() {
 			case "args":
 				args, listVar = true, true
-			case "call", "request":
+			case "call":
 				listVar = true
 			}
 		}

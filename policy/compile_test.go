@@ -259,7 +259,7 @@ func TestTypedTool(t *testing.T) {
   - {id: nested, effect: deny, tools: ["*"], when: 'tool.auth.scope == "x"'}
   - {id: str, effect: deny, tools: ["*"], when: 'tool.title'}
   - {id: dyn, effect: deny, tools: ["*"], when: 'args.flag'}
-  - {id: req, effect: deny, tools: ["*"], when: 'request.url == "x"'}
+  - {id: call, effect: deny, tools: ["*"], when: 'call.transport == "mcp" && call.method == "x"'}
   - {id: ok, effect: allow, tools: ["*"], when: 'tool.safetyTier == "read" && has(tool.auth) && "a" in tool.auth.scopes'}
 `
 	_, err := Load("p.yaml", []byte(src), Options{})
@@ -269,7 +269,7 @@ func TestTypedTool(t *testing.T) {
 		`p.yaml:4:62: rule "nested": when: undefined field 'scope'`,
 		`p.yaml:5:49: rule "str": when must be a bool expression, got string`,
 		`p.yaml:6:49: rule "dyn": when must be a bool expression, got dyn; compare the value, e.g. args.flag == true`,
-		`p.yaml:7:57: rule "req": when: undefined field 'url'`,
+		`p.yaml:7:82: rule "call": when: undefined field 'method'`,
 	}, "\n")
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load: got\n%v\nwant\n%s", err, want)

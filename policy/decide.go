@@ -86,16 +86,6 @@ type Call struct {
 	ParentCallID string `json:"parentCallId,omitempty"`
 }
 
-// Request is the MCP request a decision is made for (the `request`
-// variable, toolgate.Request {method, uri string}): Method is the JSON-RPC
-// method ("tools/call", "resources/read", …) and URI the resource URI of a
-// resources request. Both are "" when the caller does not set them. Unknown
-// at list time, like call. Plain data, only read by the policy.
-type Request struct {
-	Method string `json:"method,omitempty"`
-	URI    string `json:"uri,omitempty"`
-}
-
 // Input is everything a decision may depend on. Decide, Disclose and
 // Explain only read it (and the maps and slices it refers to), so one Input
 // may be shared by concurrent decisions as long as nobody mutates it.
@@ -109,8 +99,6 @@ type Input struct {
 	// whose condition depends on args.
 	ArgsKnown bool `json:"argsKnown"`
 	Call      Call `json:"call"`
-	// Request is the `request` variable (unknown at list time).
-	Request Request `json:"request,omitzero"`
 	// Now is the `now` variable (google.protobuf.Timestamp, UTC); the zero
 	// time means the wall clock at evaluation.
 	Now time.Time `json:"now,omitzero"`

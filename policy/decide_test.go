@@ -314,7 +314,6 @@ func TestVariables(t *testing.T) {
 		Args:      map[string]any{"n": float64(3), "tags": []any{"x", "y"}, "opts": map[string]any{"deep": true}},
 		ArgsKnown: true,
 		Call:      Call{Transport: "mcp", CallID: "c1", RunID: "r1", AgentID: "ag", ParentCallID: "p0"},
-		Request:   Request{Method: "tools/call"},
 		Now:       now,
 	}
 	conds := []string{
@@ -328,7 +327,6 @@ func TestVariables(t *testing.T) {
 		`tool.toolId == tool.id && tool.title == "Read" && !has(tool.description) && tool.description == "" && tool.costHint == ""`,
 		`has(tool.auth) && tool.auth.scopes == ["fs:read"] && has(tool.inputSchema) && "path" in tool.inputSchema.required && !has(tool.outputSchema)`,
 		`type(tool) == toolgate.Tool && has(tool.scopes)`,
-		`request.method == "tools/call" && !has(request.uri)`,
 		`args.n == 3 && args.n > 2 && args.tags[1] == "y" && args.opts.deep`,
 		`args.tags.all(t, t.size() == 1)`,
 		`call.transport == "mcp" && call.callId == "c1" && call.runId == "r1" && call.agentId == "ag" && call.parentCallId == "p0"`,

@@ -49,8 +49,6 @@
 //     list time.
 //   - call: object toolgate.Call {transport, callId, runId, agentId,
 //     parentCallId string}. Unknown at list time.
-//   - request: object toolgate.Request {method, uri string} (Input.Request).
-//     Unknown at list time.
 //   - now: google.protobuf.Timestamp (Input.Now, or the wall clock).
 //
 // Besides the CEL standard library, conditions may call path.clean(p) and

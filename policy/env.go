@@ -21,7 +21,6 @@ const (
 	callTypeName      = "toolgate.Call"
 	toolTypeName      = "toolgate.Tool"
 	toolAuthTypeName  = "toolgate.ToolAuth"
-	requestTypeName   = "toolgate.Request"
 )
 
 // maxWhenLen bounds a condition's source (characters) so that a hostile or
@@ -246,12 +245,6 @@ type toolView struct {
 // toolAuthView is the runtime value of `tool.auth`.
 type toolAuthView struct{ tv *toolView }
 
-// requestView is the runtime value of `request`.
-type requestView struct {
-	r      *Request
-	fields [2]ref.Val
-}
-
 // toolFieldNames are the string fields of `tool` besides id, scopes, auth
 // and the schemas: the OpenWOP ToolDescriptor's (RFC 0078) plus its
 // toolId.
@@ -390,26 +383,6 @@ func toolFields() map[string]*objField {
 	return m
 }
 
-func requestField(i int, get func(r *Request) string) *objField {
-	return &objField{
-		typ: types.StringType,
-		get: func(obj any) (any, bool) {
-			rv, ok := obj.(*requestView)
-			if !ok {
-				return nil, false
-			}
-			if rv.fields[i] == nil {
-				rv.fields[i] = types.String(get(rv.r))
-			}
-			return rv.fields[i], true
-		},
-		set: func(obj any) bool {
-			rv, ok := obj.(*requestView)
-			return ok && get(rv.r) != ""
-		},
-	}
-}
-
 var (
 	principalType = newObjType(principalTypeName, reflect.TypeFor[*principalView](), map[string]*objField{
 		"id": principalField(func(pv *principalView) any {
@@ -462,10 +435,6 @@ var (
 			},
 		},
 	})
-	requestType = newObjType(requestTypeName, reflect.TypeFor[*requestView](), map[string]*objField{
-		"method": requestField(0, func(r *Request) string { return r.Method }),
-		"uri":    requestField(1, func(r *Request) string { return r.URI }),
-	})
 	emptyAttributes = map[string]string{}
 )
 
@@ -473,12 +442,11 @@ var (
 // cel.Env is immutable and safe for concurrent use.
 var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
-		cel.Types(principalType, callType, toolType, toolAuthType, requestType),
+		cel.Types(principalType, callType, toolType, toolAuthType),
 		cel.Variable("principal", cel.ObjectType(principalTypeName)),
 		cel.Variable("tool", cel.ObjectType(toolTypeName)),
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("call", cel.ObjectType(callTypeName)),
-		cel.Variable("request", cel.ObjectType(requestTypeName)),
 		cel.Variable("now", cel.TimestampType),
 		pathLib(),
 		cel.ParserExpressionSizeLimit(maxWhenLen),
@@ -486,20 +454,20 @@ var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 })
 
 // listUnknown are the variables unknown at list time: a tools/list knows
-// neither the arguments, nor the call's transport, agent or parent, nor the
-// request that will be made.
-var listUnknown = []string{"args", "call", "request"}
+// neither the arguments nor the call's transport, agent or parent. A
+// variable added later that describes the call (a request's method, say)
+// belongs here, in argsUnknown, in allUnknown and in inspect.
+var listUnknown = []string{"args", "call"}
 
 // argsUnknown marks the listUnknown variables unknown for list-time
 // (partial) evaluation.
-var argsUnknown = []*interpreter.AttributePattern{cel.AttributePattern("args"), cel.AttributePattern("call"), cel.AttributePattern("request")}
+var argsUnknown = []*interpreter.AttributePattern{cel.AttributePattern("args"), cel.AttributePattern("call")}
 
 // allUnknown marks every variable unknown, to find conditions whose value
 // does not depend on the input at all.
 var allUnknown = []*interpreter.AttributePattern{
 	cel.AttributePattern("principal"), cel.AttributePattern("tool"),
-	cel.AttributePattern("args"), cel.AttributePattern("call"), cel.AttributePattern("request"),
-	cel.AttributePattern("now"),
+	cel.AttributePattern("args"), cel.AttributePattern("call"), cel.AttributePattern("now"),
 }
 
 var emptyArgs = map[string]any{}
@@ -515,11 +483,9 @@ type activation struct {
 	pview     principalView
 	cview     callView
 	tview     toolView
-	rview     requestView
 	principal objVal
 	call      objVal
 	tool      objVal
-	request   objVal
 	now       ref.Val
 }
 
@@ -529,13 +495,12 @@ func (a *activation) init() {
 	a.principal = objVal{t: principalType, v: &a.pview}
 	a.call = objVal{t: callType, v: &a.cview}
 	a.tool = objVal{t: toolType, v: &a.tview}
-	a.request = objVal{t: requestType, v: &a.rview}
 }
 
 // bind prepares the activation for in.
 func (a *activation) bind(in *Input) {
 	a.in, a.pview.p, a.cview.c = in, &in.Principal, &in.Call
-	a.tview.t, a.rview.r = &in.Tool, &in.Request
+	a.tview.t = &in.Tool
 }
 
 // unbind drops every reference to the bound Input and the values derived
@@ -550,13 +515,12 @@ func (a *activation) unbind() {
 			a.cview.fields[i] = nil
 		}
 	}
-	a.tview.t, a.rview.r, a.tview.auth.tv = nil, nil, nil
+	a.tview.t, a.tview.auth.tv = nil, nil
 	for i, v := range a.tview.fields {
 		if v != nil {
 			a.tview.fields[i] = nil
 		}
 	}
-	a.rview.fields = [2]ref.Val{}
 	a.now = nil
 }
 
@@ -574,8 +538,6 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.in.Args, true
 	case "tool":
 		return &a.tool, true
-	case "request":
-		return &a.request, true
 	case "now":
 		if a.now == nil {
 			t := a.in.Now
@@ -592,8 +554,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 // Parent implements interpreter.Activation.
 func (a *activation) Parent() interpreter.Activation { return nil }
 
-// partialActivation is an activation whose args, call and request are
-// unknown (list time).
+// partialActivation is an activation whose args and call are unknown
+// (list time).
 type partialActivation struct{ *activation }
 
 // ResolveName implements interpreter.Activation; the listUnknown variables
@@ -615,17 +577,17 @@ func (a partialActivation) UnknownAttributePatterns() []*interpreter.AttributePa
 func (a partialActivation) AsPartialActivation() (interpreter.PartialActivation, bool) {
 	return a, true
 }
-// callPartialActivation is an activation whose call and request alone are
-// unknown (Program.DiscloseArgs: list time with known arguments).
+
+// callPartialActivation is an activation whose call alone is unknown
+// (Program.DiscloseArgs: list time with known arguments).
 type callPartialActivation struct{ *activation }
 
-// callUnknown marks `call` and `request` unknown for DiscloseArgs.
-var callUnknown = []*interpreter.AttributePattern{cel.AttributePattern("call"), cel.AttributePattern("request")}
+// callUnknown marks `call` unknown for DiscloseArgs.
+var callUnknown = []*interpreter.AttributePattern{cel.AttributePattern("call")}
 
-// ResolveName implements interpreter.Activation; call and request are
-// never resolved.
+// ResolveName implements interpreter.Activation; call is never resolved.
 func (a callPartialActivation) ResolveName(name string) (any, bool) {
-	if name == "call" || name == "request" {
+	if name == "call" {
 		return nil, false
 	}
 	return a.activation.ResolveName(name)
