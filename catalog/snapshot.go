@@ -72,6 +72,13 @@ type Options struct {
 	// 16 bytes of [A-Za-z0-9_.-]; no server name may contain it (see
 	// NewSnapshot).
 	Separator string
+	// Ambiguous maps spellings (not toolIds) to the toolIds that claimed
+	// them: Resolve refuses each as ambiguous_tool naming those candidates,
+	// even when the snapshot holds only one of the tools (another's server
+	// is down or has not listed yet), so a spelling known to be shared is
+	// never routed to whichever tool happens to be present (issue 13.11).
+	// Nil means none. NewSnapshot copies it.
+	Ambiguous map[string][]string
 }
 
 // Snapshot is an immutable set of tools with O(1) exact lookup by toolId and
@@ -153,6 +160,13 @@ func NewSnapshot(tools []Tool, opts Options) (*Snapshot, error) {
 	}
 	slices.SortFunc(s.tools, func(a, b *Tool) int { return strings.Compare(a.Descriptor.ToolID, b.Descriptor.ToolID) })
 	s.names = buildNames(s.tools, s.byID, sep)
+	for sp, ids := range opts.Ambiguous {
+		if _, canonical := s.byID[sp]; !canonical && sp != "" {
+			ids = slices.Clone(ids)
+			slices.Sort(ids)
+			s.names[sp] = &resolution{candidates: slices.Compact(ids)}
+		}
+	}
 	v, err := version(s.tools, sep)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidConfig, err, "hashing catalog")

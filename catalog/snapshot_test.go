@@ -524,3 +524,25 @@ func TestConcurrentResolve(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAmbiguousOption: a spelling listed in Options.Ambiguous is refused
+// as ambiguous_tool naming its candidates even when only one claimant is
+// in the snapshot (the other's server is down), while canonical ids and
+// the other spellings still resolve (issue 13.11).
+func TestAmbiguousOption(t *testing.T) {
+	s, err := NewSnapshot([]Tool{mcpTool("a", "greet", TierRead)}, Options{
+		Ambiguous: map[string][]string{"greet": {"mcp:b.greet", "mcp:a.greet"}, "mcp:a.greet": {"x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Resolve("greet")
+	var e *errcode.Error
+	if !errors.As(err, &e) || e.Code != errcode.AmbiguousTool || !strings.Contains(e.Message, "mcp:a.greet, mcp:b.greet") {
+		t.Fatalf("Resolve(greet) = %v", err)
+	}
+	for _, sp := range []string{"mcp:a.greet", "a.greet", "a__greet"} {
+		if tl, err := s.Resolve(sp); err != nil || tl.Descriptor.ToolID != "mcp:a.greet" {
+			t.Errorf("Resolve(%s) = %v, %v", sp, tl, err)
+		}
+	}
+}

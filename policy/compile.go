@@ -75,6 +75,8 @@ type Program struct {
 	limits  []*rateLimit
 	shared  int // condition texts used by more than one rule
 
+	warnings Issues // located warnings (Warnings), sorted
+
 	// Dry run (issue 6): would is the program with every rule enforced,
 	// set when the spec has observe-mode rules or is itself in observe
 	// mode (observeAll: nothing is enforced).
@@ -125,8 +127,10 @@ type toolIndex struct {
 // Options.KnownTools; an empty scope; a CEL syntax or type error (mapped to
 // the file column of the `when` scalar when it sits on one line); a
 // condition that is not bool; a condition that can never be decided (it
-// fails, or is false, whatever the input); a bad rate, a burst < 1 or an
-// unknown `per`. The Issues are sorted by position; any other error is an
+// fails, or is false, whatever the input); a bad rate (ratelimit.ParseRate:
+// also one outside [ratelimit.MinRate, ratelimit.MaxRate] tokens/s after
+// conversion), a burst outside [1, ratelimit.MaxBurst] or an unknown
+// `per`. The Issues are sorted by position; any other error is an
 // *errcode.Error with code Internal. CEL conditions are type-checked
 // against the variables principal, tool, args, call and now (see the
 // package doc) and compiled to evaluable programs once, here (cel-go
@@ -167,6 +171,7 @@ func Compile(spec Spec, opts Options) (*Program, error) {
 		return nil, err
 	}
 	p.would, p.observeAll = would, spec.Mode == ModeObserve
+	p.warnings = would.warnings // every rule's, observe-mode ones included
 	return p, nil
 }
 
@@ -233,6 +238,7 @@ func compileOne(spec Spec, opts Options) (*Program, error) {
 		}
 		p.shared++
 	}
+	p.warnings = c.warnings.Sorted()
 	p.version = opts.Version
 	if p.version == "" {
 		p.version = canonicalVersion(spec, p.def)
@@ -300,10 +306,28 @@ type compiler struct {
 	opts      Options
 	costLimit uint64
 	issues    Issues
+	warnings  Issues
 }
 
 func (c *compiler) errorf(pos Pos, format string, args ...any) {
 	c.issues = append(c.issues, Issue{Pos: pos, Message: fmt.Sprintf(format, args...)})
+}
+
+func (c *compiler) warnf(pos Pos, format string, args ...any) {
+	c.warnings = append(c.warnings, Issue{Pos: pos, Message: fmt.Sprintf(format, args...)})
+}
+
+// Warnings returns what Compile found suspicious but valid, located like
+// Issues and sorted by position: today a rule that applies startsWith to an
+// argument whose name looks like a path (path, file, dir, filename, …),
+// which ".." escapes (issue 13.8; use path.isUnder). `toolgate validate`
+// prints them and `serve` logs them. nil for a nil Program or none. The
+// returned slice must not be modified. Safe for concurrent use.
+func (p *Program) Warnings() Issues {
+	if p == nil {
+		return nil
+	}
+	return p.warnings
 }
 
 func orPos(p, fallback Pos) Pos {
@@ -356,10 +380,18 @@ func (c *compiler) rule(rs *RuleSpec, i int, seen map[string]Pos) *rule {
 			break
 		}
 	}
-	if len(rs.Scopes) > 0 && rs.Effect == EffectDeny {
+	switch {
+	case len(rs.Scopes) == 0:
+	case rs.Effect == EffectDeny:
 		// Scopes restrict whom a rule grants to; on a deny rule they would
 		// silently do nothing.
-		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow and require_approval rules only; a deny rule denies whatever the scopes", name)
+		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow rules only; a deny rule denies whatever the scopes", name)
+		ok = false
+	case rs.Effect == EffectRequireApproval:
+		// Only allow rules grant (issue 13.7): a require_approval rule
+		// restricts what an allow rule grants, so scopes on it would either
+		// do nothing or exempt principals lacking them from approval.
+		c.errorf(orPos(rs.scopesPos, rs.Pos), "%s: scopes apply to allow rules only; a require_approval rule only restricts what an allow rule grants, so put the scopes on that allow rule", name)
 		ok = false
 	}
 	if rs.Approver != "" && rs.Effect != EffectRequireApproval {
@@ -444,9 +476,28 @@ func (c *compiler) condition(name string, rs *RuleSpec, r *rule) bool {
 		}
 		return false
 	}
-	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+	switch t := checked.OutputType(); {
+	case t.IsExactType(types.BoolType):
+	case t.IsExactType(types.DynType):
+		// A dyn condition (args.flag) would fail at run time for any
+		// value that is not a bool: say what is meant (issue 13.9).
+		c.errorf(rs.WhenPos, "%s: when must be a bool expression, got dyn; compare the value, e.g. args.flag == true", name)
+		return false
+	default:
 		c.errorf(rs.WhenPos, "%s: when must be a bool expression, got %s", name, t.String())
 		return false
+	}
+	warnings, pathIssues := pathChecks(checked)
+	for _, f := range pathIssues {
+		pos, suffix := exprPos(rs, f.line, f.col)
+		c.errorf(pos, "%s: when: %s%s", name, f.msg, suffix)
+	}
+	if len(pathIssues) > 0 {
+		return false
+	}
+	for _, f := range warnings {
+		pos, suffix := exprPos(rs, f.line, f.col)
+		c.warnf(pos, "%s: %s%s", name, f.msg, suffix)
 	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	r.useCtx, r.usesArgs, r.listVar = inspect(checked)
@@ -502,8 +553,15 @@ func (c *compiler) condition(name string, rs *RuleSpec, r *rule) bool {
 // when the `when` scalar sits on one line, else at the scalar with the
 // expression's own line:column in the message.
 func (c *compiler) celIssue(name string, rs *RuleSpec, e *common.Error) {
-	msg := e.Message
-	line, col := e.Location.Line(), e.Location.Column() // 1-based line, 0-based column
+	pos, suffix := exprPos(rs, e.Location.Line(), e.Location.Column())
+	c.errorf(pos, "%s: when: %s%s", name, e.Message, suffix)
+}
+
+// exprPos maps a location in rs.When (1-based line, 0-based column) to the
+// file: the column of the token when the `when` scalar sits on one line,
+// else the scalar with the expression's own line:column as a message
+// suffix.
+func exprPos(rs *RuleSpec, line, col int) (Pos, string) {
 	pos := rs.WhenPos
 	var cols []int
 	if line >= 1 && line <= len(rs.whenCols) {
@@ -516,9 +574,9 @@ func (c *compiler) celIssue(name string, rs *RuleSpec, e *common.Error) {
 		// Just past the end of the line (for example "unexpected EOF").
 		pos.Line, pos.Col = rs.whenLine+line-1, cols[col-1]+1
 	case line >= 1 && col >= 0:
-		msg = fmt.Sprintf("%s (at line %d, column %d of the expression)", msg, line, col+1)
+		return pos, fmt.Sprintf(" (at line %d, column %d of the expression)", line, col+1)
 	}
-	c.errorf(pos, "%s: when: %s", name, msg)
+	return pos, ""
 }
 
 func (c *compiler) rateLimit(rs *RateLimitSpec) *rateLimit {
@@ -547,6 +605,9 @@ func (c *compiler) rateLimit(rs *RateLimitSpec) *rateLimit {
 		ok = false
 	case rs.Burst < 1:
 		c.errorf(orPos(rs.burstPos, rs.Pos), "ratelimit: burst must be at least 1, got %d", rs.Burst)
+		ok = false
+	case rs.Burst > ratelimit.MaxBurst:
+		c.errorf(orPos(rs.burstPos, rs.Pos), "ratelimit: burst must be at most %d, got %d", ratelimit.MaxBurst, rs.Burst)
 		ok = false
 	}
 	if !ok {

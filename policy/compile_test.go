@@ -87,8 +87,8 @@ func TestCompileIssues(t *testing.T) {
 			`f:3:20: rule "r": when: found no matching overload for '_+_' applied to '(string, int)' (at line 1, column 14 of the expression)`},
 		{"typo in a typed field", Spec{Rules: []RuleSpec{rule(`call.runID == "x"`)}}, Options{},
 			`f:3:20: rule "r": when: undefined field 'runID' (at line 1, column 5 of the expression)`},
-		{"unknown variable", Spec{Rules: []RuleSpec{rule(`request.path == "x"`)}}, Options{},
-			`f:3:20: rule "r": when: undeclared reference to 'request' (at line 1, column 1 of the expression)`},
+		{"unknown variable", Spec{Rules: []RuleSpec{rule(`nope.path == "x"`)}}, Options{},
+			`f:3:20: rule "r": when: undeclared reference to 'nope' (at line 1, column 1 of the expression)`},
 		{"not bool", Spec{Rules: []RuleSpec{rule(`1 + 1`)}}, Options{},
 			`f:3:20: rule "r": when must be a bool expression, got int`},
 		{"always false", Spec{Rules: []RuleSpec{rule(`principal.id == "a" && 1 == 2`)}}, Options{},
@@ -99,10 +99,12 @@ func TestCompileIssues(t *testing.T) {
 			""}, // true for principal "a", fails for the others
 		{"constant conversion error", Spec{Rules: []RuleSpec{rule(`principal.id == "a" || int("x") == 1`)}}, Options{},
 			`f:3:20: rule "r": when: type conversion error from 'string' to 'int'`},
-		{"dyn result that is never bool", Spec{Rules: []RuleSpec{rule(`dyn(1)`)}}, Options{},
-			`f:3:20: rule "r": when can never be decided: it evaluates to int, not a bool`},
+		{"dyn result", Spec{Rules: []RuleSpec{rule(`dyn(1)`)}}, Options{},
+			`f:3:20: rule "r": when must be a bool expression, got dyn; compare the value, e.g. args.flag == true`},
 		{"scopes on a deny rule", Spec{Rules: []RuleSpec{{ID: "a", Effect: EffectDeny, Tools: []string{"native:x"}, Scopes: []string{"s"}, Pos: Pos{"f", 2, 5}}}}, Options{},
-			`f:2:5: rule "a": scopes apply to allow and require_approval rules only; a deny rule denies whatever the scopes`},
+			`f:2:5: rule "a": scopes apply to allow rules only; a deny rule denies whatever the scopes`},
+		{"scopes on a require_approval rule", Spec{Rules: []RuleSpec{{ID: "a", Effect: EffectRequireApproval, Tools: []string{"native:x"}, Scopes: []string{"s"}, Pos: Pos{"f", 2, 5}}}}, Options{},
+			`f:2:5: rule "a": scopes apply to allow rules only; a require_approval rule only restricts what an allow rule grants, so put the scopes on that allow rule`},
 		{"bad rate", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Rate: "ten/s", Burst: 1, Pos: Pos{"f", 4, 5}}}}, Options{},
 			`f:4:5: ratelimit: rate "ten/s": "ten" is not a positive number`},
 		{"burst < 1", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Rate: "1/s", Burst: -1, Pos: Pos{"f", 4, 5}}}}, Options{},
@@ -243,5 +245,33 @@ func TestCELColumnsWithoutSource(t *testing.T) {
 		"f.yaml:9:" + plus(9) + `: rule "c"` + msg
 	if got := errString(err); got != want {
 		t.Errorf("ParseNodeSource:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestTypedTool: tool is a typed object (issue 13.9): a field the
+// descriptor does not have is a load issue at its file:line:col, in a
+// comparison (formerly a dead rule) and under has() (formerly failing
+// open); a condition that is not statically bool is one too.
+func TestTypedTool(t *testing.T) {
+	src := `rules:
+  - {id: dead, effect: deny, tools: ["*"], when: 'tool.arguments.a == 1'}
+  - {id: open, effect: deny, tools: ["*"], when: '!has(tool.arguments) || args.x == 1'}
+  - {id: nested, effect: deny, tools: ["*"], when: 'tool.auth.scope == "x"'}
+  - {id: str, effect: deny, tools: ["*"], when: 'tool.title'}
+  - {id: dyn, effect: deny, tools: ["*"], when: 'args.flag'}
+  - {id: call, effect: deny, tools: ["*"], when: 'call.transport == "mcp" && call.method == "x"'}
+  - {id: ok, effect: allow, tools: ["*"], when: 'tool.safetyTier == "read" && has(tool.auth) && "a" in tool.auth.scopes'}
+`
+	_, err := Load("p.yaml", []byte(src), Options{})
+	want := strings.Join([]string{
+		`p.yaml:2:55: rule "dead": when: undefined field 'arguments'`,
+		`p.yaml:3:55: rule "open": when: undefined field 'arguments'`,
+		`p.yaml:4:62: rule "nested": when: undefined field 'scope'`,
+		`p.yaml:5:49: rule "str": when must be a bool expression, got string`,
+		`p.yaml:6:49: rule "dyn": when must be a bool expression, got dyn; compare the value, e.g. args.flag == true`,
+		`p.yaml:7:82: rule "call": when: undefined field 'method'`,
+	}, "\n")
+	if err == nil || err.Error() != want {
+		t.Fatalf("Load: got\n%v\nwant\n%s", err, want)
 	}
 }

@@ -50,10 +50,16 @@ type Principal struct {
 
 // Tool is the descriptor of the tool being decided (OpenWOP RFC 0078
 // ToolDescriptor, adapted from the catalog by the pipeline; this package
-// does not import catalog). In conditions it is the map `tool`: every entry
-// of Fields (the whole descriptor as a JSON-like map) overlaid with id,
-// source, safetyTier (strings) and scopes (list of strings), which are
-// always present. Plain data, only read by the policy.
+// does not import catalog). In conditions it is the typed object `tool`
+// (toolgate.Tool) with the descriptor's fields: id and toolId (the
+// canonical toolId), source, title, description, egress, approval,
+// replayPolicy, safetyTier, costHint, latencyHint (string; "" when absent),
+// scopes (list(string), the descriptor's auth.scopes), auth
+// (toolgate.ToolAuth {scopes list(string)}), inputSchema and outputSchema
+// (dyn; {} when absent). Source, SafetyTier and Scopes win over Fields; the
+// other string fields come from Fields. A field that is not one of these
+// (tool.arguments) is a load issue, not a dead rule. Plain data, only read
+// by the policy.
 type Tool struct {
 	// ID is the canonical toolId (DESIGN.md decision 3); globs match it.
 	ID string `json:"id"`
@@ -116,8 +122,8 @@ type Decision struct {
 	// Layer is LayerScopes, LayerRule, LayerDefault, LayerError or
 	// LayerNoPolicy.
 	Layer string `json:"layer"`
-	// RequiredScopes is the descriptor's scopes ∪ the deciding allow or
-	// require_approval rule's scopes, sorted, deduplicated.
+	// RequiredScopes is the descriptor's scopes ∪ the granting allow
+	// rule's scopes, sorted, deduplicated.
 	RequiredScopes []string `json:"requiredScopes,omitempty"`
 	// MissingScopes is the part of RequiredScopes the principal lacks,
 	// sorted; set when Layer is LayerScopes.
@@ -445,42 +451,70 @@ func (ev *evaluation) decide() Decision {
 	if failRule != nil {
 		return ev.p.failed(failRule.id, evalError(ev.ctx, failRule, failErr))
 	}
-	// Then require_approval, then allow. Within a tier the first granting
-	// rule decides; a failure in a tier denies unless another rule of the
-	// same tier grants (it could not have changed the outcome then).
+	// Only allow rules (or the default allow) grant (issue 13.7): within
+	// the allow tier the first granting rule decides; a failure denies
+	// unless another allow rule grants (it could not have changed the
+	// outcome then).
+	var grant *rule
 	var scopeRule *rule
-	for _, tier := range [2][]*rule{ev.idx.approval, ev.idx.allow} {
-		for _, r := range tier {
-			// A rule the principal lacks scopes for is still evaluated: if it
-			// matches, the denial names it; if it fails, so does the tier.
-			switch t, err := ev.evalDecide(r); t {
-			case triTrue:
-				if ev.canGrant(r) {
-					return ev.p.decision(r, r.effect, LayerRule, r.reason, ev.in.Tool.Scopes, r.scopes)
-				}
-				if scopeRule == nil {
-					scopeRule = r
-				}
-			case triError:
-				if failRule == nil {
-					failRule, failErr = r, err
-				}
+	for _, r := range ev.idx.allow {
+		// A rule the principal lacks scopes for is still evaluated: if it
+		// matches, the denial names it; if it fails, so does the tier.
+		switch t, err := ev.evalDecide(r); t {
+		case triTrue:
+			if ev.canGrant(r) {
+				grant = r
+			} else if scopeRule == nil {
+				scopeRule = r
+			}
+		case triError:
+			if failRule == nil {
+				failRule, failErr = r, err
 			}
 		}
-		if failRule != nil {
-			return ev.p.failed(failRule.id, evalError(ev.ctx, failRule, failErr))
+		if grant != nil {
+			break
 		}
 	}
-	if scopeRule != nil {
-		return ev.p.scopesDenial(scopeRule.id, ev.in.Principal.Scopes, ev.in.Tool.Scopes, scopeRule.scopes)
-	}
-	if ev.p.def == EffectAllow {
-		if !ev.holdsDescriptorScopes() {
+	if grant == nil {
+		switch {
+		case failRule != nil:
+			return ev.p.failed(failRule.id, evalError(ev.ctx, failRule, failErr))
+		case scopeRule != nil:
+			return ev.p.scopesDenial(scopeRule.id, ev.in.Principal.Scopes, ev.in.Tool.Scopes, scopeRule.scopes)
+		case ev.p.def != EffectAllow:
+			return ev.p.decision(nil, EffectDeny, LayerDefault, "no rule matched; the default posture is deny", ev.in.Tool.Scopes, nil)
+		case !ev.holdsDescriptorScopes():
 			return ev.p.scopesDenial("", ev.in.Principal.Scopes, ev.in.Tool.Scopes, nil)
 		}
-		return ev.p.decision(nil, EffectAllow, LayerDefault, "no rule matched; the default posture is allow", ev.in.Tool.Scopes, nil)
 	}
-	return ev.p.decision(nil, EffectDeny, LayerDefault, "no rule matched; the default posture is deny", ev.in.Tool.Scopes, nil)
+	// A granted call may still need approval: require_approval rules only
+	// restrict what is otherwise allowed. Every one is evaluated: a failing
+	// one denies (fail closed) even when another matches, so that adding a
+	// rule can never turn that denial into an approval; else the first
+	// matching one decides.
+	var approve *rule
+	for _, r := range ev.idx.approval {
+		switch t, err := ev.evalDecide(r); t {
+		case triTrue:
+			if approve == nil {
+				approve = r
+			}
+		case triError:
+			return ev.p.failed(r.id, evalError(ev.ctx, r, err))
+		}
+	}
+	if approve != nil {
+		var grantScopes []string
+		if grant != nil {
+			grantScopes = grant.scopes
+		}
+		return ev.p.decision(approve, EffectRequireApproval, LayerRule, approve.reason, ev.in.Tool.Scopes, grantScopes)
+	}
+	if grant != nil {
+		return ev.p.decision(grant, EffectAllow, LayerRule, grant.reason, ev.in.Tool.Scopes, grant.scopes)
+	}
+	return ev.p.decision(nil, EffectAllow, LayerDefault, "no rule matched; the default posture is allow", ev.in.Tool.Scopes, nil)
 }
 
 // disclose mirrors decide with args unknown: it answers whether some
@@ -493,7 +527,7 @@ func (ev *evaluation) disclose() bool {
 	if !ev.holdsDescriptorScopes() {
 		return false
 	}
-	if ev.p.def != EffectAllow && !slices.ContainsFunc(ev.idx.approval, ev.canGrant) && !slices.ContainsFunc(ev.idx.allow, ev.canGrant) {
+	if ev.p.def != EffectAllow && !slices.ContainsFunc(ev.idx.allow, ev.canGrant) {
 		return false
 	}
 	for _, r := range ev.idx.deny {
@@ -501,25 +535,34 @@ func (ev *evaluation) disclose() bool {
 			return false
 		}
 	}
+	// Could an allow rule (or the default) grant?
+	granted, failed := false, false
 	blocked := false // a rule the principal lacks scopes for surely matches
-	for _, tier := range [2][]*rule{ev.idx.approval, ev.idx.allow} {
-		failed := false
-		for _, r := range tier {
-			t, _ := ev.eval(r)
-			switch {
-			case t == triError:
-				failed = true
-			case !ev.canGrant(r):
-				blocked = blocked || t == triTrue
-			case t == triTrue || t == triUnknown:
-				return true
-			}
+	for _, r := range ev.idx.allow {
+		t, _ := ev.eval(r)
+		switch {
+		case t == triError:
+			failed = true
+		case !ev.canGrant(r):
+			blocked = blocked || t == triTrue
+		case t == triTrue || t == triUnknown:
+			granted = true
 		}
-		if failed {
+		if granted {
+			break
+		}
+	}
+	if !granted && (failed || blocked || ev.p.def != EffectAllow) {
+		return false
+	}
+	// require_approval rules turn a grant into require_approval (not
+	// deny), unless one fails for every argument value: decide then denies.
+	for _, r := range ev.idx.approval {
+		if t, _ := ev.eval(r); t == triError {
 			return false
 		}
 	}
-	return ev.p.def == EffectAllow && !blocked && ev.holdsDescriptorScopes()
+	return true
 }
 
 func (p *Program) decision(r *rule, e Effect, layer, reason string, desc, ruleScopes []string) Decision {

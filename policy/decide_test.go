@@ -309,7 +309,8 @@ func TestVariables(t *testing.T) {
 	in := &Input{
 		Principal: Principal{ID: "bot-7", Tenant: "acme", Scopes: []string{"b", "fs:read"}, Attributes: map[string]string{"team": "infra"}},
 		Tool: Tool{ID: "mcp:fs.read", Source: "mcp", SafetyTier: "read", Scopes: []string{"fs:read"},
-			Fields: map[string]any{"approval": "never", "egress": map[string]any{"hosts": []any{"example.com"}}, "safetyTier": "ignored"}},
+			Fields: map[string]any{"approval": "never", "egress": "none", "safetyTier": "ignored", "title": "Read",
+				"auth": map[string]any{"scopes": []any{"fs:read"}}, "inputSchema": map[string]any{"type": "object", "required": []any{"path"}}}},
 		Args:      map[string]any{"n": float64(3), "tags": []any{"x", "y"}, "opts": map[string]any{"deep": true}},
 		ArgsKnown: true,
 		Call:      Call{Transport: "mcp", CallID: "c1", RunID: "r1", AgentID: "ag", ParentCallID: "p0"},
@@ -322,7 +323,10 @@ func TestVariables(t *testing.T) {
 		`has(principal.tenant) && !has(principal.attributes.x)`,
 		`principal == principal`,
 		`tool.id == "mcp:fs.read" && tool.source == "mcp" && tool.safetyTier == "read"`,
-		`"fs:read" in tool.scopes && tool.approval == "never" && "example.com" in tool.egress.hosts`,
+		`"fs:read" in tool.scopes && tool.approval == "never" && tool.egress == "none"`,
+		`tool.toolId == tool.id && tool.title == "Read" && !has(tool.description) && tool.description == "" && tool.costHint == ""`,
+		`has(tool.auth) && tool.auth.scopes == ["fs:read"] && has(tool.inputSchema) && "path" in tool.inputSchema.required && !has(tool.outputSchema)`,
+		`type(tool) == toolgate.Tool && has(tool.scopes)`,
 		`args.n == 3 && args.n > 2 && args.tags[1] == "y" && args.opts.deep`,
 		`args.tags.all(t, t.size() == 1)`,
 		`call.transport == "mcp" && call.callId == "c1" && call.runId == "r1" && call.agentId == "ag" && call.parentCallId == "p0"`,
@@ -362,7 +366,7 @@ func TestRateLimit(t *testing.T) {
 
 func TestExplain(t *testing.T) {
 	p := load(t, designPolicy, Options{Version: "v1"})
-	in := call(Principal{ID: "bob", Scopes: []string{"fs:write"}}, "mcp:fs.write_file", nil, map[string]any{"path": "/tmp/x", "content": 5})
+	in := call(Principal{ID: "bob", Scopes: []string{"fs:read", "fs:write"}}, "mcp:fs.write_file", nil, map[string]any{"path": "/tmp/x", "content": 5})
 	x := p.Explain(t.Context(), in)
 	b, err := json.MarshalIndent(x, "", "  ")
 	if err != nil {
@@ -377,10 +381,7 @@ func TestExplain(t *testing.T) {
       "effect": "allow",
       "pos": "test.yaml:3:5",
       "condition": "true",
-      "scopesOk": false,
-      "missingScopes": [
-        "fs:read"
-      ],
+      "scopesOk": true,
       "decided": false
     },
     {

@@ -168,7 +168,7 @@ func randomPolicy(rng *rand.Rand) string {
 			tools = []string{"*"}
 		}
 		fmt.Fprintf(&b, "    tools: %s\n", quoteList(tools))
-		if s := pickSome(rng, propScopes, 1); len(s) > 0 && effect != EffectDeny {
+		if s := pickSome(rng, propScopes, 1); len(s) > 0 && effect == EffectAllow {
 			fmt.Fprintf(&b, "    scopes: %s\n", quoteList(s))
 		}
 		if rng.IntN(5) > 0 {

@@ -19,9 +19,10 @@
 //
 //	default: deny            # or allow; default deny
 //	rules:
-//	  - {id: readers, effect: allow, tools: ["mcp:fs.*"], scopes: [fs:read], reason: "readers may read"}
-//	  - {id: no-etc, effect: deny, tools: ["mcp:fs.*"], when: 'has(args.path) && args.path.startsWith("/etc")'}
-//	  - {id: big-writes, effect: require_approval, tools: ["mcp:fs.write_file"], when: 'size(args.content) > 10000'}
+//	  - {id: readers, effect: allow, tools: ["mcp:fs.read_text_file"], scopes: [fs:read], reason: "readers may read"}
+//	  - {id: writers, effect: allow, tools: ["mcp:fs.write_file"], scopes: [fs:write]}
+//	  - {id: data-only, effect: deny, tools: ["mcp:fs.*"], when: 'has(args.path) && !path.isUnder(args.path, "/srv/data")'}
+//	  - {id: big-writes, effect: require_approval, tools: ["mcp:fs.write_file"], when: 'has(args.content) && size(args.content) > 10000'}
 //	ratelimits:
 //	  - {tools: ["*"], per: principal_tool, rate: 10/s, burst: 20}
 //
@@ -32,19 +33,35 @@
 //
 // # Conditions
 //
-// `when` is a CEL expression of type bool (or dyn, checked at run time) over:
+// `when` is a CEL expression of type bool over:
 //
 //   - principal: object toolgate.Principal {id, tenant string; scopes
 //     list(string); attributes map(string, string)}. Unknown fields
 //     (principal.idd) and ill-typed uses (principal.id + 1) are compile
 //     errors. has(principal.f) is true when f is non-empty.
-//   - tool: map(string, dyn): the descriptor (Tool.Fields) with id, source,
-//     safetyTier and scopes always present.
+//   - tool: object toolgate.Tool, the descriptor (see Tool): id, toolId,
+//     source, title, description, egress, approval, replayPolicy,
+//     safetyTier, costHint, latencyHint string; scopes list(string); auth
+//     toolgate.ToolAuth {scopes list(string)}; inputSchema, outputSchema
+//     dyn. A field the descriptor does not have (tool.arguments) is a load
+//     issue, also under has(). has(tool.f) is true when f is set.
 //   - args: map(string, dyn): the call's decoded JSON arguments. Unknown at
 //     list time.
 //   - call: object toolgate.Call {transport, callId, runId, agentId,
-//     parentCallId string}.
+//     parentCallId string}. Unknown at list time.
 //   - now: google.protobuf.Timestamp (Input.Now, or the wall clock).
+//
+// Besides the CEL standard library, conditions may call path.clean(p) and
+// path.isUnder(p, dir) / path.isUnder(p, dir, root): lexical POSIX path
+// functions (Go's path.Clean; "." and ".." resolved) that never touch the
+// file system, so symbolic links are the upstream's to resolve. A relative
+// p is resolved against dir, or against root when given (a relative dir
+// too); dir without a root, and root, must be absolute, else the call fails
+// closed (a load issue for a literal). Compile warns (Program.Warnings)
+// about startsWith on an argument named like a path.
+//
+// A condition must be statically bool: one of another type (tool.title) or
+// of type dyn (args.flag; write args.flag == true) is a load issue.
 //
 // A missing map key (args.path when the call has no path,
 // principal.attributes.team when the principal has no team) is an
@@ -65,17 +82,23 @@
 //  1. Deny rules are evaluated first. If one matches (condition true), the
 //     decision is deny by that rule (Layer "rule"). Deny rules never need
 //     scopes.
-//  2. Else require_approval rules, then allow rules. A matching rule grants
-//     its effect only if the principal holds every scope it requires: the
-//     descriptor's auth.scopes (always required) ∪ the rule's scopes. The
-//     first granting rule of the highest tier decides (Layer "rule").
-//  3. A matching rule that cannot grant for lack of scopes does not decide;
-//     if nothing grants, the decision is deny, Layer "scopes", naming the
-//     first such rule, with MissingScopes and Reason "missing scopes: a, b".
-//     This holds under default allow too.
-//  4. If no rule matches, the default posture decides (Layer "default",
-//     RuleID ""). Under default allow the descriptor scopes are still
-//     required (missing → deny, Layer "scopes").
+//  2. Else allow rules grant: a matching allow rule grants only if the
+//     principal holds every scope it requires: the descriptor's
+//     auth.scopes (always required) ∪ the rule's scopes. The first
+//     granting allow rule decides.
+//  3. A matching allow rule that cannot grant for lack of scopes does not
+//     decide; if nothing grants, the decision is deny, Layer "scopes",
+//     naming the first such rule, with MissingScopes and Reason "missing
+//     scopes: a, b". This holds under default allow too.
+//  4. If no allow rule matches, the default posture decides (Layer
+//     "default", RuleID ""). Under default allow the descriptor scopes are
+//     still required (missing → deny, Layer "scopes").
+//  5. Only a granted call (steps 2 and 4) meets the require_approval rules:
+//     the first matching one turns the grant into require_approval by that
+//     rule (Layer "rule"). A require_approval rule never grants (issue
+//     13.7): like a deny rule it only restricts what is otherwise allowed,
+//     so adding any rule that is not allow can never widen access. Scopes
+//     on a require_approval or deny rule are a load issue.
 //
 // Fail closed (DESIGN.md decision 1): if a condition fails (CEL runtime
 // error such as comparing a string with an int, a missing key, cost limit,
@@ -84,13 +107,13 @@
 // (*errcode.Error: Timeout or Cancelled for the context, Forbidden
 // otherwise), whenever the failing rule could have changed the outcome:
 // any failing deny rule (unless another deny rule matches, which then
-// decides), and a failing approval or allow rule unless another rule of the
-// same tier grants. A failing approval rule therefore blocks allow rules,
-// even those that would grant. A done context denies before any rule is
-// looked at. A nil Program denies with Layer "no-policy".
+// decides), a failing allow rule unless another allow rule grants, and any
+// failing require_approval rule of a granted call (even when another one
+// matches). A done context denies before any rule is looked at. A nil
+// Program denies with Layer "no-policy".
 //
 // RequiredScopes in every decision is the descriptor's scopes ∪ the
-// deciding allow/approval rule's scopes, sorted.
+// granting allow rule's scopes, sorted.
 //
 // # Disclosure
 //

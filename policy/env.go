@@ -19,6 +19,8 @@ import (
 const (
 	principalTypeName = "toolgate.Principal"
 	callTypeName      = "toolgate.Call"
+	toolTypeName      = "toolgate.Tool"
+	toolAuthTypeName  = "toolgate.ToolAuth"
 )
 
 // maxWhenLen bounds a condition's source (characters) so that a hostile or
@@ -232,6 +234,155 @@ func callField(i int, get func(c *Call) string) *objField {
 	}
 }
 
+// toolView is the runtime value of `tool`: the Input's Tool plus the CEL
+// values of its fields, converted on first use.
+type toolView struct {
+	t      *Tool
+	fields [len(toolFieldNames)]ref.Val
+	auth   toolAuthView
+}
+
+// toolAuthView is the runtime value of `tool.auth`.
+type toolAuthView struct{ tv *toolView }
+
+// toolFieldNames are the string fields of `tool` besides id, scopes, auth
+// and the schemas: the OpenWOP ToolDescriptor's (RFC 0078) plus its
+// toolId.
+var toolFieldNames = [...]string{"toolId", "source", "title", "description", "egress", "approval",
+	"replayPolicy", "safetyTier", "costHint", "latencyHint", "id", "scopes", "inputSchema", "outputSchema"}
+
+// toolString returns the descriptor's string field name: Source and
+// SafetyTier from the typed fields when set, else the string in Fields
+// ("" when absent or not a string).
+func toolString(t *Tool, name string) string {
+	switch name {
+	case "id":
+		return t.ID
+	case "toolId":
+		if t.ID != "" {
+			return t.ID
+		}
+	case "source":
+		if t.Source != "" {
+			return t.Source
+		}
+	case "safetyTier":
+		if t.SafetyTier != "" {
+			return t.SafetyTier
+		}
+	}
+	v, _ := t.Fields[name].(string)
+	return v
+}
+
+func toolStringField(i int, name string) *objField {
+	return &objField{
+		typ: types.StringType,
+		get: func(obj any) (any, bool) {
+			tv, ok := obj.(*toolView)
+			if !ok {
+				return nil, false
+			}
+			if tv.fields[i] == nil {
+				tv.fields[i] = types.String(toolString(tv.t, name))
+			}
+			return tv.fields[i], true
+		},
+		set: func(obj any) bool {
+			tv, ok := obj.(*toolView)
+			return ok && toolString(tv.t, name) != ""
+		},
+	}
+}
+
+// toolScopes is the descriptor's auth.scopes.
+func toolScopes(tv *toolView) ref.Val {
+	const i = 11
+	if tv.fields[i] == nil {
+		sc := tv.t.Scopes
+		if sc == nil {
+			sc = []string{}
+		}
+		tv.fields[i] = types.NewStringList(types.DefaultTypeAdapter, sc)
+	}
+	return tv.fields[i]
+}
+
+func toolSchemaField(i int, name string) *objField {
+	return &objField{
+		typ: types.DynType,
+		get: func(obj any) (any, bool) {
+			tv, ok := obj.(*toolView)
+			if !ok {
+				return nil, false
+			}
+			if tv.fields[i] == nil {
+				v, ok := tv.t.Fields[name]
+				if !ok {
+					v = map[string]any{}
+				}
+				tv.fields[i] = types.DefaultTypeAdapter.NativeToValue(v)
+			}
+			return tv.fields[i], true
+		},
+		set: func(obj any) bool {
+			tv, ok := obj.(*toolView)
+			if !ok {
+				return false
+			}
+			_, present := tv.t.Fields[name]
+			return present
+		},
+	}
+}
+
+func toolFields() map[string]*objField {
+	m := make(map[string]*objField, len(toolFieldNames)+1)
+	for i, name := range toolFieldNames {
+		switch name {
+		case "scopes":
+			m[name] = &objField{
+				typ: types.NewListType(types.StringType),
+				get: func(obj any) (any, bool) {
+					tv, ok := obj.(*toolView)
+					if !ok {
+						return nil, false
+					}
+					return toolScopes(tv), true
+				},
+				set: func(obj any) bool {
+					tv, ok := obj.(*toolView)
+					return ok && len(tv.t.Scopes) > 0
+				},
+			}
+		case "inputSchema", "outputSchema":
+			m[name] = toolSchemaField(i, name)
+		default:
+			m[name] = toolStringField(i, name)
+		}
+	}
+	m["auth"] = &objField{
+		typ: types.NewObjectType(toolAuthTypeName),
+		get: func(obj any) (any, bool) {
+			tv, ok := obj.(*toolView)
+			if !ok {
+				return nil, false
+			}
+			tv.auth.tv = tv
+			return &objVal{t: toolAuthType, v: &tv.auth}, true
+		},
+		set: func(obj any) bool {
+			tv, ok := obj.(*toolView)
+			if !ok {
+				return false
+			}
+			_, present := tv.t.Fields["auth"]
+			return present || len(tv.t.Scopes) > 0
+		},
+	}
+	return m
+}
+
 var (
 	principalType = newObjType(principalTypeName, reflect.TypeFor[*principalView](), map[string]*objField{
 		"id": principalField(func(pv *principalView) any {
@@ -267,6 +418,23 @@ var (
 		"agentId":      callField(3, func(c *Call) string { return c.AgentID }),
 		"parentCallId": callField(4, func(c *Call) string { return c.ParentCallID }),
 	})
+	toolType     = newObjType(toolTypeName, reflect.TypeFor[*toolView](), toolFields())
+	toolAuthType = newObjType(toolAuthTypeName, reflect.TypeFor[*toolAuthView](), map[string]*objField{
+		"scopes": {
+			typ: types.NewListType(types.StringType),
+			get: func(obj any) (any, bool) {
+				av, ok := obj.(*toolAuthView)
+				if !ok || av.tv == nil {
+					return nil, false
+				}
+				return toolScopes(av.tv), true
+			},
+			set: func(obj any) bool {
+				av, ok := obj.(*toolAuthView)
+				return ok && av.tv != nil && len(av.tv.t.Scopes) > 0
+			},
+		},
+	})
 	emptyAttributes = map[string]string{}
 )
 
@@ -274,19 +442,25 @@ var (
 // cel.Env is immutable and safe for concurrent use.
 var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
-		cel.Types(principalType, callType),
+		cel.Types(principalType, callType, toolType, toolAuthType),
 		cel.Variable("principal", cel.ObjectType(principalTypeName)),
-		cel.Variable("tool", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("tool", cel.ObjectType(toolTypeName)),
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("call", cel.ObjectType(callTypeName)),
 		cel.Variable("now", cel.TimestampType),
+		pathLib(),
 		cel.ParserExpressionSizeLimit(maxWhenLen),
 	)
 })
 
-// argsUnknown marks `args` and `call` unknown for list-time (partial)
-// evaluation: a tools/list knows neither the arguments nor the call's
-// transport, agent or parent.
+// listUnknown are the variables unknown at list time: a tools/list knows
+// neither the arguments nor the call's transport, agent or parent. A
+// variable added later that describes the call (a request's method, say)
+// belongs here, in argsUnknown, in allUnknown and in inspect.
+var listUnknown = []string{"args", "call"}
+
+// argsUnknown marks the listUnknown variables unknown for list-time
+// (partial) evaluation.
 var argsUnknown = []*interpreter.AttributePattern{cel.AttributePattern("args"), cel.AttributePattern("call")}
 
 // allUnknown marks every variable unknown, to find conditions whose value
@@ -308,9 +482,10 @@ type activation struct {
 	in        *Input
 	pview     principalView
 	cview     callView
+	tview     toolView
 	principal objVal
 	call      objVal
-	tool      ref.Val
+	tool      objVal
 	now       ref.Val
 }
 
@@ -319,11 +494,13 @@ type activation struct {
 func (a *activation) init() {
 	a.principal = objVal{t: principalType, v: &a.pview}
 	a.call = objVal{t: callType, v: &a.cview}
+	a.tool = objVal{t: toolType, v: &a.tview}
 }
 
 // bind prepares the activation for in.
 func (a *activation) bind(in *Input) {
 	a.in, a.pview.p, a.cview.c = in, &in.Principal, &in.Call
+	a.tview.t = &in.Tool
 }
 
 // unbind drops every reference to the bound Input and the values derived
@@ -338,9 +515,13 @@ func (a *activation) unbind() {
 			a.cview.fields[i] = nil
 		}
 	}
-	if a.tool != nil || a.now != nil {
-		a.tool, a.now = nil, nil
+	a.tview.t, a.tview.auth.tv = nil, nil
+	for i, v := range a.tview.fields {
+		if v != nil {
+			a.tview.fields[i] = nil
+		}
 	}
+	a.now = nil
 }
 
 // ResolveName implements interpreter.Activation.
@@ -356,10 +537,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return a.in.Args, true
 	case "tool":
-		if a.tool == nil {
-			a.tool = types.DefaultTypeAdapter.NativeToValue(toolMap(&a.in.Tool))
-		}
-		return a.tool, true
+		return &a.tool, true
 	case "now":
 		if a.now == nil {
 			t := a.in.Now
@@ -376,14 +554,14 @@ func (a *activation) ResolveName(name string) (any, bool) {
 // Parent implements interpreter.Activation.
 func (a *activation) Parent() interpreter.Activation { return nil }
 
-// partialActivation is an activation whose args and call are unknown (list
-// time).
+// partialActivation is an activation whose args and call are unknown
+// (list time).
 type partialActivation struct{ *activation }
 
-// ResolveName implements interpreter.Activation; args and call are never
-// resolved.
+// ResolveName implements interpreter.Activation; the listUnknown variables
+// are never resolved.
 func (a partialActivation) ResolveName(name string) (any, bool) {
-	if name == "args" || name == "call" {
+	if slices.Contains(listUnknown, name) {
 		return nil, false
 	}
 	return a.activation.ResolveName(name)
@@ -423,28 +601,4 @@ func (a callPartialActivation) UnknownAttributePatterns() []*interpreter.Attribu
 // AsPartialActivation lets cel-go find the unknown patterns.
 func (a callPartialActivation) AsPartialActivation() (interpreter.PartialActivation, bool) {
 	return a, true
-}
-
-// toolMap is the `tool` variable: the descriptor fields overlaid with the
-// typed fields id, source, safetyTier and scopes (always present; "" or []
-// when unknown). Fields is not modified.
-func toolMap(t *Tool) map[string]any {
-	m := make(map[string]any, len(t.Fields)+4)
-	maps.Copy(m, t.Fields)
-	m["id"] = t.ID
-	setStr := func(k, v string) {
-		if v != "" {
-			m[k] = v
-		} else if _, ok := m[k]; !ok {
-			m[k] = ""
-		}
-	}
-	setStr("source", t.Source)
-	setStr("safetyTier", t.SafetyTier)
-	if t.Scopes != nil {
-		m["scopes"] = t.Scopes
-	} else if _, ok := m["scopes"]; !ok {
-		m["scopes"] = []string{}
-	}
-	return m
 }

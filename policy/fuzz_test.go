@@ -8,7 +8,8 @@ import (
 
 // FuzzParse feeds arbitrary documents to the loader and compiler: they
 // never panic, and either compile to a Program that decides without
-// panicking or report Issues, every one located at line and column ≥ 1.
+// panicking (its warnings located) or report Issues, every one located
+// at line and column ≥ 1.
 // Seeds: testdata/fuzz/FuzzParse (including the DESIGN.md example policy).
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("default: allow\n"))
@@ -28,6 +29,11 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 			return
+		}
+		for _, w := range prg.Warnings() {
+			if w.Pos.Line < 1 || w.Pos.Col < 1 || w.Pos.File != "fuzz.yaml" || w.Message == "" {
+				t.Fatalf("warning without a position: %+v", w)
+			}
 		}
 		in := &Input{
 			Principal: Principal{ID: "p", Tenant: "t", Scopes: []string{"fs:read"}, Attributes: map[string]string{"team": "x"}},

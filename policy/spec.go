@@ -187,8 +187,8 @@ type RuleSpec struct {
 	// '.' and ':'); at least one, none empty.
 	Tools []string
 	// Scopes are principal scopes required, in addition to the descriptor's
-	// auth.scopes, for an allow or require_approval rule to grant; an issue
-	// on a deny rule.
+	// auth.scopes, for an allow rule to grant; an issue on a deny or
+	// require_approval rule (neither grants).
 	Scopes []string
 	// When is an optional CEL condition (bool); empty means always.
 	When string

@@ -16,24 +16,24 @@ import (
 // to copy and to share between goroutines.
 type Limit struct {
 	Rate  float64 // refill rate, tokens per second; finite and > 0
-	Burst int     // capacity, tokens; >= 1; a new bucket starts with Burst tokens
+	Burst int     // capacity, tokens; in [1, MaxBurst]; a new bucket starts with Burst tokens
 }
 
 // ErrInvalidLimit is wrapped by the error Validate returns for a Limit whose
-// Rate is not a finite number > 0 or whose Burst is < 1. Take returns it too:
+// Rate is not a finite number > 0 or whose Burst is not in [1, MaxBurst]. Take returns it too:
 // an invalid Limit is a configuration bug, and an error makes the caller deny
 // (fail closed, DESIGN decision 1) rather than guess.
 var ErrInvalidLimit = errors.New("invalid rate limit")
 
 // Validate returns nil if l.Rate is a finite number > 0 tokens/s and
-// l.Burst >= 1, and otherwise an error wrapping ErrInvalidLimit that names the
+// 1 <= l.Burst <= MaxBurst, and otherwise an error wrapping ErrInvalidLimit that names the
 // offending field.
 func (l Limit) Validate() error {
 	if !(l.Rate > 0) || math.IsInf(l.Rate, 1) {
 		return fmt.Errorf("%w: rate %v tokens/s is not a finite number > 0", ErrInvalidLimit, l.Rate)
 	}
-	if l.Burst < 1 {
-		return fmt.Errorf("%w: burst %d is < 1", ErrInvalidLimit, l.Burst)
+	if l.Burst < 1 || l.Burst > MaxBurst {
+		return fmt.Errorf("%w: burst %d is not between 1 and %d", ErrInvalidLimit, l.Burst, MaxBurst)
 	}
 	return nil
 }

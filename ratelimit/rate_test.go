@@ -24,6 +24,7 @@ func TestParseRate(t *testing.T) {
 		{"7200/hour", 2},
 		{" 10 / s ", 10},
 		{"1e9/s", 1e9},
+		{"0.00001/h", 1e-5 / 3600}, // one token per 11.4 years
 	} {
 		got, err := ratelimit.ParseRate(tc.in)
 		if err != nil {
@@ -43,6 +44,9 @@ func TestParseRateErrors(t *testing.T) {
 	for _, in := range []string{
 		"", "10", "/s", "10/", "10/d", "10/S", "10/ms",
 		"0/s", "-1/s", "abc/s", "NaN/s", "Inf/s", "1e10/s", "10/s/s",
+		// Positive numbers that are (nearly) 0 tokens/s after conversion
+		// (issue 13.10): 5e-324/h underflows to 0.
+		"5e-324/h", "5e-324/s", "1e-300/m", "1e-12/h", "1e-6/h",
 	} {
 		got, err := ratelimit.ParseRate(in)
 		if err == nil {
@@ -56,3 +60,17 @@ func TestParseRateErrors(t *testing.T) {
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// TestParseRateUnderflow: a rate that is a positive number but (nearly) 0
+// tokens/s after conversion is refused with a message giving the converted
+// rate, so `validate` reports it instead of `serve` refusing every call
+// "rate limiter unavailable" (issue 13.10).
+func TestParseRateUnderflow(t *testing.T) {
+	_, err := ratelimit.ParseRate("5e-324/h")
+	if err == nil || !strings.Contains(err.Error(), "is 0 tokens/s") || !strings.Contains(err.Error(), "one per 100 years") {
+		t.Fatalf("ParseRate(5e-324/h) error = %v", err)
+	}
+	if err := (ratelimit.Limit{Rate: 1, Burst: ratelimit.MaxBurst + 1}).Validate(); err == nil {
+		t.Fatal("Limit.Validate accepted a burst above MaxBurst")
+	}
+}

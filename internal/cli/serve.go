@@ -134,6 +134,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		if cfg, err = loadConfig(file); err != nil {
 			return err
 		}
+		logPolicyWarnings(logger, cfg)
 		if listen != "" {
 			cfg.Listen = listen
 		}
@@ -427,7 +428,16 @@ func reload(ctx context.Context, file string, gw *mcpgw.Gateway, authn *swapAuth
 	}
 	authn.cur.Store(newAuth)
 	log.Info("reloaded the policy, tool classification and auth", "file", file)
+	logPolicyWarnings(log, cfg)
 	if len(restart) > 0 {
 		log.Warn("these sections changed but apply only after a restart", "sections", strings.Join(restart, ", "))
+	}
+}
+
+// logPolicyWarnings logs each of the policy's warnings (policy.Program.
+// Warnings, for example startsWith on a path argument) at level warn.
+func logPolicyWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Policy.Warnings() {
+		log.Warn("policy warning", "at", w.Pos.String(), "warning", w.Message)
 	}
 }

@@ -22,7 +22,8 @@ section are reported at once, one per line as file:line:col: message. What serve
 file here is an issue too: a backend the config format names but this build's serve lacks
 (store.driver postgres or memory, ratelimit.backend redis), a stdio command not found on PATH or
 not executable, a rule naming a server that is not configured. Nothing is started or connected.
-Credentials that this environment cannot read are warnings (serve reads its own environment).
+Credentials that this environment cannot read are warnings (serve reads its own environment), and
+so is a policy rule that applies startsWith to an argument named like a path (use path.isUnder).
 Exits 0 when the file is valid, 1 otherwise.`,
 		Example: `  toolgate validate --config toolgate.yaml`,
 		Args:    cobra.NoArgs,
@@ -56,6 +57,11 @@ Exits 0 when the file is valid, 1 otherwise.`,
 				if _, err := cfg.Credentials[name].Resolve(name); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v (not readable here; serve needs it in its own environment)\n", err)
 				}
+			}
+			// Suspicious but valid policy (startsWith on a path argument):
+			// warnings, located like issues.
+			for _, w := range cfg.Policy.Warnings() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 			}
 			pol := "no policy: every call is denied"
 			if cfg.Policy != nil {

@@ -122,6 +122,10 @@ type Gateway struct {
 	server *mcp.Server
 	ups    map[string]*upstream // by server name; fixed at New
 	order  []string             // server names, sorted
+	// ambiguous maps each bare surface name that tools of two servers (or
+	// a server and a native) have claimed under naming.prefix never to
+	// those toolIds; it only grows (until restart). Guarded by mu.
+	ambiguous map[string][]string
 
 	mu      sync.Mutex // serialises rebuild and policy swaps
 	policy  *policy.Program
@@ -415,8 +419,63 @@ func (g *Gateway) rebuildLocked() error {
 		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}, classes: classes}
 	var tools []catalog.Tool
 	inv := map[string]pipeline.Invoker{}
+	// Bare surface names claimed by tools of different servers (or a
+	// server and a native) are served by none of them (issue 13.11): each
+	// MCP tool is served under its prefixed name instead, and the bare
+	// name stays refused as ambiguous until restart, even once only one
+	// claimant is left, so it is never routed to whichever server is up.
+	if !prefix {
+		claims := map[string][]string{}
+		claim := func(name, id string) {
+			if !slices.Contains(claims[name], id) {
+				claims[name] = append(claims[name], id)
+			}
+		}
+		for _, n := range g.opts.Natives {
+			name := strings.TrimPrefix(n.Descriptor.ToolID, "native:")
+			claim(strings.ReplaceAll(name, ".", sep), n.Descriptor.ToolID)
+		}
+		for _, sname := range g.order {
+			u := g.ups[sname]
+			u.mu.Lock()
+			ts := u.tools
+			u.mu.Unlock()
+			for _, mt := range ts {
+				if mt != nil && mt.Name != "" {
+					claim(mt.Name, catalog.MCPToolID(sname, mt.Name))
+				}
+			}
+		}
+		for name, ids := range claims {
+			if len(ids) < 2 {
+				continue
+			}
+			known := g.ambiguous[name]
+			for _, id := range ids {
+				if !slices.Contains(known, id) {
+					known = append(known, id)
+				}
+			}
+			if len(known) != len(g.ambiguous[name]) {
+				slices.Sort(known)
+				if g.ambiguous == nil {
+					g.ambiguous = map[string][]string{}
+				}
+				g.ambiguous[name] = known
+				g.log.Error("tool name collision under naming.prefix never: the bare name is refused as ambiguous; each MCP tool is served as <server>"+sep+"<tool> and by its toolId",
+					"name", name, "toolIds", strings.Join(known, ", "))
+			}
+		}
+	}
 	add := func(t catalog.Tool, name string, mt *mcp.Tool, in pipeline.Invoker) {
 		id := t.Descriptor.ToolID
+		if _, amb := g.ambiguous[name]; amb && !prefix {
+			if t.Transport != catalog.TransportMCP {
+				g.log.Error("tool not served on MCP: its name collides with another tool's (call it by toolId)", "toolId", id, "name", name)
+				return
+			}
+			name = t.Server + sep + t.Name
+		}
 		if !surfaceName.MatchString(name) {
 			g.log.Warn("tool not served on MCP: its name is not a valid function name (^[a-zA-Z0-9_-]{1,64}$)", "toolId", id, "name", name)
 			return
@@ -486,7 +545,7 @@ func (g *Gateway) rebuildLocked() error {
 		}
 	}
 	slices.Sort(sf.names)
-	snap, err := catalog.NewSnapshot(tools, catalog.Options{Separator: sep})
+	snap, err := catalog.NewSnapshot(tools, catalog.Options{Separator: sep, Ambiguous: g.ambiguous})
 	if err != nil {
 		return err
 	}
