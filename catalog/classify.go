@@ -27,6 +27,10 @@ type Classification struct {
 	LatencyHint  Hint
 	Title        string
 	Description  string
+	// ValidateArgs, when non-nil, sets whether calls' arguments are
+	// validated against the tool's inputSchema (ToolDescriptor.
+	// SkipArgsValidation is its negation); nil leaves it unchanged.
+	ValidateArgs *bool
 }
 
 // Validate checks one `tools:` entry on its own: Match non-empty and at most
@@ -128,6 +132,9 @@ func Classify(d *ToolDescriptor, rules []Classification) {
 		}
 		if r.Description != "" {
 			d.Description = r.Description
+		}
+		if r.ValidateArgs != nil {
+			d.SkipArgsValidation = !*r.ValidateArgs
 		}
 	}
 	if d.Source == SourceMCP && !tierSet {

@@ -184,6 +184,13 @@ type ToolDescriptor struct {
 	SafetyTier   SafetyTier      `json:"safetyTier"`
 	CostHint     Hint            `json:"costHint,omitempty"`
 	LatencyHint  Hint            `json:"latencyHint,omitempty"`
+
+	// SkipArgsValidation is not part of the wire descriptor: when true the
+	// gate does not validate a call's arguments against InputSchema (set by
+	// Classify from a `tools:` entry with validate_args: false, for an
+	// upstream whose schema is known to be wrong). Default false: every
+	// call's arguments are validated (issue 13 point 6).
+	SkipArgsValidation bool `json:"-"`
 }
 
 // MaxNameLen is the longest toolId, tool name or client-supplied spelling, in

@@ -49,6 +49,20 @@ const (
 	ResultWithheld Code = "result_withheld"
 	// UpstreamUnavailable: the upstream server backing the tool is down.
 	UpstreamUnavailable Code = "upstream_unavailable"
+	// UpstreamProtocolError: the upstream received the request but its answer
+	// is not a valid response to it (a body that is not JSON-RPC, a response
+	// with another id, "result": null or a result that is not a
+	// CallToolResult). The tool may have run: the record carries durationMs
+	// and details.ran = "unknown" (OpenWOP RFC 0064 §F).
+	UpstreamProtocolError Code = "upstream_protocol_error"
+	// UpstreamCrashed: the upstream received the request, then its process
+	// exited or its connection ended before it answered. The tool may have
+	// run: the record carries durationMs and details.ran = "unknown".
+	UpstreamCrashed Code = "upstream_crashed"
+	// GatewayRestarted: the gateway stopped (a crash, kill -9) while the call
+	// ran; the next start closes the call with this code (no durationMs,
+	// details.ran = "unknown"). Only ever seen in records, never by a caller.
+	GatewayRestarted Code = "gateway_restarted"
 	// Timeout: the call exceeded its deadline.
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the call.
@@ -62,24 +76,27 @@ const (
 )
 
 var statuses = map[Code]int{
-	InvalidArgument:     http.StatusBadRequest,
-	InvalidConfig:       http.StatusBadRequest,
-	Unauthenticated:     http.StatusUnauthorized,
-	Forbidden:           http.StatusForbidden,
-	NotFound:            http.StatusNotFound,
-	AmbiguousTool:       http.StatusBadRequest,
-	RateLimited:         http.StatusTooManyRequests,
-	ApprovalRequired:    http.StatusAccepted,
-	ApprovalDenied:      http.StatusForbidden,
-	ApprovalExpired:     http.StatusForbidden,
-	ToolExecutionFailed: http.StatusOK,
-	ResultWithheld:      http.StatusOK,
-	UpstreamUnavailable: http.StatusBadGateway,
-	Timeout:             http.StatusGatewayTimeout,
-	Cancelled:           499,
-	AuditUnavailable:    http.StatusServiceUnavailable,
-	Conflict:            http.StatusConflict,
-	Internal:            http.StatusInternalServerError,
+	InvalidArgument:       http.StatusBadRequest,
+	InvalidConfig:         http.StatusBadRequest,
+	Unauthenticated:       http.StatusUnauthorized,
+	Forbidden:             http.StatusForbidden,
+	NotFound:              http.StatusNotFound,
+	AmbiguousTool:         http.StatusBadRequest,
+	RateLimited:           http.StatusTooManyRequests,
+	ApprovalRequired:      http.StatusAccepted,
+	ApprovalDenied:        http.StatusForbidden,
+	ApprovalExpired:       http.StatusForbidden,
+	ToolExecutionFailed:   http.StatusOK,
+	ResultWithheld:        http.StatusOK,
+	UpstreamUnavailable:   http.StatusBadGateway,
+	UpstreamProtocolError: http.StatusBadGateway,
+	UpstreamCrashed:       http.StatusBadGateway,
+	GatewayRestarted:      http.StatusServiceUnavailable,
+	Timeout:               http.StatusGatewayTimeout,
+	Cancelled:             499,
+	AuditUnavailable:      http.StatusServiceUnavailable,
+	Conflict:              http.StatusConflict,
+	Internal:              http.StatusInternalServerError,
 }
 
 // Codes returns every code of the closed set, in no particular order; use

@@ -280,6 +280,11 @@ type ToolClass struct {
 	Title        string   `yaml:"title"`
 	Description  string   `yaml:"description"`
 	Timeout      string   `yaml:"timeout"`
+	// ValidateArgs (validate_args, default true) validates each call's
+	// arguments against the tool's inputSchema before the call is decided
+	// further or dispatched; false turns that off for an upstream whose
+	// schema is known to be wrong.
+	ValidateArgs *bool `yaml:"validate_args"`
 }
 
 // Approvals configures human approval.
@@ -311,7 +316,7 @@ func (c *Config) Classifications() []catalog.Classification {
 			Match: t.Match, SafetyTier: catalog.SafetyTier(t.SafetyTier), Scopes: t.Scopes,
 			ReplayPolicy: catalog.ReplayPolicy(t.ReplayPolicy), Approval: catalog.Approval(t.Approval),
 			Egress: catalog.Egress(t.Egress), CostHint: catalog.Hint(t.CostHint), LatencyHint: catalog.Hint(t.LatencyHint),
-			Title: t.Title, Description: t.Description,
+			Title: t.Title, Description: t.Description, ValidateArgs: t.ValidateArgs,
 		}
 	}
 	return out

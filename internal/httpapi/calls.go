@@ -97,6 +97,9 @@ func decodeCall(body []byte) (CallRequest, error) {
 //     receiptId};
 //   - 404 not_found, identical for an unknown tool and one the caller may
 //     not see (the refusal is still recorded, DESIGN.md decision 5);
+//   - 400 invalid_argument for arguments the tool's inputSchema rejects
+//     (recorded, details {toolName, path, errors, callId, runId, receiptId}),
+//     or invalid_config when that schema does not compile;
 //   - 400 invalid_argument (bad body, args, ids), ambiguous_tool (only when
 //     two or more visible tools share the spelling), 413 oversize body;
 //   - 503 audit_unavailable / 500 internal_error when the call could not be
@@ -132,6 +135,11 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Prin
 	case audit.StatusError:
 		if c := res.Err.Code; c == errcode.AuditUnavailable || c == errcode.Internal {
 			return res.Err.WithDetails(refs)
+		}
+		if !res.Ran && (res.Err.Code == errcode.InvalidArgument || res.Err.Code == errcode.InvalidConfig) {
+			// Arguments the tool's inputSchema rejects (recorded; the
+			// tool did not run): 400 with details.path.
+			return withStatus(http.StatusBadRequest, res.Err.WithDetails(refs))
 		}
 	}
 	out := CallResponse{CallID: res.CallID, RunID: res.RunID, ToolID: res.ToolID, Status: res.Status, ReceiptID: res.ReceiptID}

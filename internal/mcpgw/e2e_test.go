@@ -217,7 +217,8 @@ func TestE2EUpstreamToolError(t *testing.T) {
 }
 
 // Killing the session's stdio server mid-call answers the in-flight call
-// and every call while it is down with upstream_unavailable; the gateway
+// with upstream_crashed (with durationMs: it had received the request) and
+// every call while it is down with upstream_unavailable; the gateway
 // restarts it and the session recovers.
 func TestE2EStdioCrashAndRecovery(t *testing.T) {
 	t.Parallel()
@@ -294,9 +295,11 @@ func TestE2EStdioCrashAndRecovery(t *testing.T) {
 	if o.err != nil {
 		t.Fatalf("the in-flight call: %v", o.err)
 	}
-	mustRefused(t, "the call in flight at the kill", o.res, "upstream_unavailable")
-	if _, ret := e.callEvents(t, o.res); ret.Status != string(audit.StatusError) || ret.Error == nil || ret.Error.Code != "upstream_unavailable" {
-		t.Errorf("the in-flight call: agent.toolReturned %+v; want status error, upstream_unavailable", ret)
+	// The request had reached the server: the tool may have run, so the
+	// call is upstream_crashed with durationMs (issue 13 point 12).
+	mustRefused(t, "the call in flight at the kill", o.res, "upstream_crashed")
+	if _, ret := e.callEvents(t, o.res); ret.Status != string(audit.StatusError) || ret.Error == nil || ret.Error.Code != "upstream_crashed" || ret.DurationMs == nil {
+		t.Errorf("the in-flight call: agent.toolReturned %+v; want status error, upstream_crashed, durationMs", ret)
 	}
 
 	select {

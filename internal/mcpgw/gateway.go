@@ -979,7 +979,14 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 			if cc != nil && cc.progress != nil {
 				params.Meta = mcp.Meta{"progressToken": cc.progress}
 			}
-			res, err = cs.CallTool(ctx, params)
+			w := new(callWire)
+			res, err = cs.CallTool(withWire(ctx, w), params)
+			if err != nil && ctx.Err() == nil {
+				// Written, then no valid answer: the tool may have run.
+				if e := w.failure(u.name, err); e != nil {
+					return nil, e
+				}
+			}
 		}
 		if err != nil {
 			if context.Cause(ctx) == errToolTimeout {
@@ -1014,7 +1021,9 @@ var errToolTimeout = errors.New("tool timeout")
 // upCallError maps a failed upCaller.callTool on u's session cs to the
 // pipeline's error: timeout (the tool's own timeout), the context's error,
 // tool_execution_failed for the upstream's JSON-RPC error or an oversize
-// result, upstream_unavailable otherwise. A session the upstream no longer
+// result, upstream_protocol_error or upstream_crashed (details.ran
+// "unknown") when the upstream accepted the request but its answer was not
+// a valid response or never came, upstream_unavailable otherwise. A session the upstream no longer
 // knows (404) is closed, so that it is opened again.
 func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeout time.Duration, err error) error {
 	if context.Cause(ctx) == errToolTimeout {
@@ -1033,6 +1042,14 @@ func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeou
 	var ue *upError
 	if errors.As(err, &ue) && ue.SessionGone() {
 		go cs.Close()
+	}
+	if ue != nil && ue.Delivered {
+		// The upstream accepted the request (2xx), then its answer was
+		// not a valid response or never came: the tool may have run.
+		if ue.Protocol {
+			return upstreamProtocolError(u.name, ue.Error())
+		}
+		return upstreamCrashed(u.name, ue.Error())
 	}
 	return errcode.Wrap(errcode.UpstreamUnavailable, err, "upstream "+u.name)
 }

@@ -144,7 +144,8 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // An upstream that goes away in the middle of a call answers that call
-// with an upstream_unavailable result (the client's stream is not closed
+// with an upstream_crashed result (it had received the request, so the
+// tool may have run; issue 13 point 12) (the client's stream is not closed
 // the way a live upstream's SEP-1699 stream close is relayed).
 func TestRelayUpstreamGoneMidCall(t *testing.T) {
 	started := make(chan struct{})
@@ -183,10 +184,10 @@ func TestRelayUpstreamGoneMidCall(t *testing.T) {
 		t.Fatal("the call did not end after its upstream went away")
 	}
 	if o.err != nil {
-		t.Fatalf("call: %v; want an upstream_unavailable result", o.err)
+		t.Fatalf("call: %v; want an upstream_crashed result", o.err)
 	}
-	if !o.res.IsError || !strings.HasPrefix(firstTextOf(o.res), "upstream_unavailable") {
-		t.Fatalf("result %+v (%q); want isError upstream_unavailable", o.res, firstTextOf(o.res))
+	if !o.res.IsError || !strings.HasPrefix(firstTextOf(o.res), "upstream_crashed") {
+		t.Fatalf("result %+v (%q); want isError upstream_crashed", o.res, firstTextOf(o.res))
 	}
 }
 

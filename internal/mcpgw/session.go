@@ -357,7 +357,7 @@ func (g *Gateway) sendingMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 // the SSE stream mid-call on purpose (SEP-1699 polling) but cannot resume
 // it (it sent no event id), so the gateway closes its client's stream too,
 // and the client sees what it would see without the gateway. The call
-// still ends, and is recorded, as upstream_unavailable; that result is not
+// still ends, and is recorded, as upstream_crashed; that result is not
 // delivered on the closed stream. When the upstream is down the stream
 // stays open and carries the upstream_unavailable result.
 func relayStreamEnd(ctx context.Context, cc *callCtx, cs *mcp.ClientSession, err error) {

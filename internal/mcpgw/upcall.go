@@ -22,6 +22,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -164,13 +165,22 @@ func upDefaultRequest(method string) (any, *jsonrpc.Error) {
 // status (Status, Body; 404 means the session is gone, §"Session
 // Management"), or the 2xx response was unusable (wrong content type, stream
 // ended without our response, malformed JSON-RPC; Err set). The gateway maps
-// it to upstream_unavailable. If a non-2xx body was a JSON-RPC error
+// it to upstream_unavailable, or, when Delivered, to upstream_protocol_error
+// (Protocol) or upstream_crashed. If a non-2xx body was a JSON-RPC error
 // response, RPC holds it (informational; Unwrap does not expose it).
 type upError struct {
 	Status int            // HTTP status; 0 if no response was received
 	Body   string         // up to 1 KiB of a non-2xx response body
 	RPC    *jsonrpc.Error // JSON-RPC error carried by a non-2xx body, if any
 	Err    error          // underlying cause, if any
+	// Delivered: the upstream accepted the request (a 2xx response), so the
+	// tool may have run although no valid answer came.
+	Delivered bool
+	// Protocol: what the upstream sent is not a valid response to the
+	// request (not JSON-RPC, a response with another id only, a result that
+	// is not a CallToolResult, an unexpected content type), as opposed to
+	// a stream that ended or broke before the answer.
+	Protocol bool
 }
 
 // Error implements error.
@@ -256,7 +266,8 @@ func newUpCaller(client *http.Client, endpoint string, maxBody int64) (*upCaller
 //   - errUpBadArgs if args is not a JSON object (nothing is sent).
 //
 // A result that does not decode as CallToolResult yields an *upError and the
-// raw bytes.
+// raw bytes. An *upError after the upstream accepted the request (2xx) has
+// Delivered set.
 func (c *upCaller) callTool(ctx context.Context, s upSession, name string, args json.RawMessage, meta map[string]any, h upHandlers) (*mcp.CallToolResult, json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -294,7 +305,11 @@ func (c *upCaller) callTool(ctx context.Context, s upSession, name string, args 
 	}
 	buf.WriteString(`}}`)
 
-	req := c.newRequest(ctx, http.MethodPost, s, upHdrAccept, rb.body())
+	// wrote tells a request the upstream never received (connection
+	// refused: upstream_unavailable) from one it received and then dropped
+	// without an answer (the tool may have run).
+	wrote := new(upWrote)
+	req := c.newRequest(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: wrote.done}), http.MethodPost, s, upHdrAccept, rb.body())
 	req.GetBody = rb.getBody
 	req.ContentLength = int64(buf.Len())
 	resp, err := c.client.Do(req)
@@ -304,7 +319,7 @@ func (c *upCaller) callTool(ctx context.Context, s upSession, name string, args 
 			st.cancelUpstream(ctx)
 			return nil, nil, ctx.Err()
 		}
-		return nil, nil, &upError{Err: err}
+		return nil, nil, &upError{Err: err, Delivered: wrote.Load()}
 	}
 
 	sc := upGetScratch()
@@ -315,13 +330,31 @@ func (c *upCaller) callTool(ctx context.Context, s upSession, name string, args 
 			st.cancelUpstream(ctx)
 			return nil, nil, ctx.Err()
 		}
+		var ue *upError
+		if errors.As(err, &ue) && st.delivered {
+			ue.Delivered = true
+			if st.foreign && errors.Is(err, errUpStreamEnded) {
+				ue.Protocol = true
+				ue.Err = fmt.Errorf("%w (the upstream answered another request id)", ue.Err)
+			}
+		}
 		return nil, nil, err
 	}
 	res, err := upDecodeResult(raw)
 	if err != nil {
-		return nil, raw, &upError{Status: st.status, Err: fmt.Errorf("decoding tools/call result: %w", err)}
+		return nil, raw, &upError{Status: st.status, Err: fmt.Errorf("decoding tools/call result: %w", err), Delivered: true, Protocol: true}
 	}
 	return res, raw, nil
+}
+
+// upWrote records that a request was written in full (httptrace
+// WroteRequest, called on the transport's goroutine).
+type upWrote struct{ atomic.Bool }
+
+func (w *upWrote) done(i httptrace.WroteRequestInfo) {
+	if i.Err == nil {
+		w.Store(true)
+	}
 }
 
 // newRequest builds a request to the endpoint with the session headers. The
@@ -382,6 +415,9 @@ type upCall struct {
 	budget int64  // bytes we may still read
 	status int    // status of the last HTTP response
 	retry  time.Duration
+	// delivered: the upstream accepted the request (a 2xx response);
+	// foreign: it sent a response with an id other than ours.
+	delivered, foreign bool
 }
 
 // run reads the call's response from resp, resuming the SSE stream with GET
@@ -463,6 +499,7 @@ func (st *upCall) readResponse(ctx context.Context, resp *http.Response, sc *upS
 		defer resp.Body.Close()
 		return nil, upStatusError(resp)
 	}
+	st.delivered = true
 	sc.lim = upLimitReader{r: resp.Body, n: st.budget}
 	defer func() { st.budget = sc.lim.n }()
 	switch upMediaType(resp.Header.Get("Content-Type")) {
@@ -485,9 +522,9 @@ func (st *upCall) readResponse(ctx context.Context, resp *http.Response, sc *upS
 	default:
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent {
-			return nil, &upError{Status: resp.StatusCode, Err: errUpStreamEnded}
+			return nil, &upError{Status: resp.StatusCode, Err: fmt.Errorf("%w (HTTP %d to a request)", errUpStreamEnded, resp.StatusCode), Protocol: true}
 		}
-		return nil, &upError{Status: resp.StatusCode, Err: fmt.Errorf("unexpected Content-Type %q", resp.Header.Get("Content-Type"))}
+		return nil, &upError{Status: resp.StatusCode, Err: fmt.Errorf("unexpected Content-Type %q", resp.Header.Get("Content-Type")), Protocol: true}
 	}
 }
 
@@ -539,7 +576,7 @@ func (st *upCall) readJSON(ctx context.Context, resp *http.Response, sc *upScrat
 	if len(data) > 0 && data[0] == '[' {
 		var batch []json.RawMessage
 		if err := json.Unmarshal(data, &batch); err != nil {
-			return nil, &upError{Status: st.status, Err: fmt.Errorf("malformed JSON-RPC batch: %w", err)}
+			return nil, &upError{Status: st.status, Err: fmt.Errorf("malformed JSON-RPC batch: %w", err), Protocol: true}
 		}
 		for _, m := range batch {
 			raw, done, err := st.dispatch(ctx, m)
@@ -634,7 +671,7 @@ type upMsg struct {
 func (st *upCall) dispatch(ctx context.Context, data []byte) (raw json.RawMessage, done bool, err error) {
 	var m upMsg
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, false, &upError{Status: st.status, Err: fmt.Errorf("malformed JSON-RPC message: %w", err)}
+		return nil, false, &upError{Status: st.status, Err: fmt.Errorf("malformed JSON-RPC message: %w", err), Protocol: true}
 	}
 	hasID := len(m.ID) > 0 && string(m.ID) != "null"
 	switch {
@@ -645,12 +682,17 @@ func (st *upCall) dispatch(ctx context.Context, data []byte) (raw json.RawMessag
 			st.h.OnNotification(ctx, m.Method, m.Params)
 		}
 		return nil, false, nil
+	case !hasID && m.Error == nil && len(m.Result) == 0:
+		// Not a JSON-RPC message at all (no method, id, result or error).
+		return nil, false, &upError{Status: st.status, Err: errors.New("the upstream sent a JSON value that is not a JSON-RPC message"), Protocol: true}
 	case !hasID || !st.ours(m.ID):
+		st.foreign = true
 		return nil, false, nil // not ours (cannot happen with a conforming server)
 	case m.Error != nil:
 		return nil, true, m.Error
-	case len(m.Result) == 0:
-		return nil, true, &upError{Status: st.status, Err: errors.New("JSON-RPC response without result or error")}
+	}
+	if reason := badResult(m.Result); reason != "" {
+		return nil, true, &upError{Status: st.status, Err: errors.New(reason), Protocol: true}
 	}
 	return m.Result, true, nil
 }

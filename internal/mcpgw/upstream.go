@@ -117,7 +117,9 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 		cmd.Env = stdioEnv(os.Environ(), d.cfg.InheritEnv, d.env)
 		cmd.Dir = d.cfg.Cwd
 		cmd.Stderr = nil // discarded; a noisy server must not block on a full pipe
-		transport = &stdioTransport{cmd: cmd}
+		// watchTransport tells a call the process never received from one
+		// it crashed on or answered with garbage (wire.go).
+		transport = watchTransport{&stdioTransport{cmd: cmd}}
 	} else {
 		hc := d.httpClient()
 		// MaxRetries stays the SDK's default (5): a server may end an SSE

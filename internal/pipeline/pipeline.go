@@ -121,14 +121,22 @@ type State struct {
 	Policy   *policy.Program    // nil denies every call (fail closed)
 	Invokers map[string]Invoker // by canonical toolId
 
-	facts map[string]policy.Tool // per toolId, built once by Prepare
+	facts   map[string]policy.Tool // per toolId, built once by Prepare
+	schemas map[string]argSchema   // compiled inputSchemas by toolId, once per catalog snapshot
 }
 
-// prepare precomputes per-tool policy facts; Pipeline.Swap calls it.
-func (s *State) prepare() {
+// prepare precomputes per-tool policy facts and, unless prev (the state it
+// replaces) has the same catalog snapshot, compiles the tools' inputSchemas;
+// Pipeline.Swap calls it.
+func (s *State) prepare(prev *State) {
 	s.facts = make(map[string]policy.Tool, s.Catalog.Len())
 	for _, t := range s.Catalog.Tools() {
 		s.facts[t.Descriptor.ToolID] = PolicyTool(&t.Descriptor)
+	}
+	if prev != nil && prev.Catalog == s.Catalog && prev.schemas != nil {
+		s.schemas = prev.schemas
+	} else {
+		s.schemas = compileArgSchemas(s.Catalog)
 	}
 }
 
@@ -232,8 +240,10 @@ func New(opts Options) (*Pipeline, error) {
 }
 
 // Swap installs s atomically; calls already running finish on the old state.
+// The inputSchemas of s's catalog are compiled here, once per catalog
+// snapshot (a state with the installed state's snapshot reuses them).
 func (p *Pipeline) Swap(s *State) {
-	s.prepare()
+	s.prepare(p.state.Load())
 	p.state.Store(s)
 }
 
@@ -592,6 +602,14 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	cs.rec = rec
 	// decide
 	res.Decision = p.decide(ctx, cs)
+	// The arguments must match the tool's inputSchema before anything the
+	// decision sets off (an approval request, a rate-limit take) and before
+	// dispatch. A denied call is refused as such: its schema is not shown.
+	if res.Decision.Effect != policy.EffectDeny {
+		if e := p.validateArgs(st, res.ToolID, args); e != nil {
+			return p.refuse(rec, cs, audit.StatusError, e)
+		}
+	}
 	if res.Decision.Effect == policy.EffectRequireApproval && p.opts.Approver != nil {
 		b := approval.Binding{
 			Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: h,
@@ -765,6 +783,11 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 		if err != nil {
 			return errcode.Errorf(errcode.Forbidden, "hook %s returned invalid arguments: %s", reg.Name, err.Error())
 		}
+		// Arguments a hook wrote must match the inputSchema too.
+		if e := p.validateArgs(cs.st, cs.res.ToolID, v.Args); e != nil {
+			return errcode.Errorf(errcode.Forbidden, "hook %s returned arguments that do not match the tool's inputSchema: %s", reg.Name, e.Message).
+				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
+		}
 		cs.args, cs.argsMap = v.Args, m
 		cs.hookCall.Args, cs.hookCall.ArgsHash = v.Args, h
 		cs.res.ExecutedArgsHash = h
@@ -833,7 +856,9 @@ func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
 }
 
 // refuse records a gate refusal (toolCalled, toolReturned without
-// durationMs, receipt) and returns the result. The tool never runs.
+// durationMs, receipt) and returns the result. The tool never runs. status
+// is forbidden or rate_limited for a gate refusal, error for arguments the
+// tool's inputSchema rejects.
 func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Status, e *errcode.Error) (*Result, error) {
 	res := cs.res
 	res.Status, res.Err = status, e
@@ -842,7 +867,13 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 		return p.internal(res, err)
 	}
 	ref := audit.CallRef{AgentID: cs.c.AgentID, ToolName: res.ToolID, CallID: cs.c.CallID, ParentCallID: cs.c.ParentCallID}
-	tr, err := audit.ReturnedRefused(ref, status, audit.ErrorObject{Code: string(e.Code), Message: e.Message, Details: e.Details})
+	eo := audit.ErrorObject{Code: string(e.Code), Message: e.Message, Details: e.Details}
+	var tr audit.ToolReturned
+	if status == audit.StatusError {
+		tr, err = audit.ReturnedError(ref, eo, 0, false)
+	} else {
+		tr, err = audit.ReturnedRefused(ref, status, eo)
+	}
 	if err != nil {
 		return p.internal(res, err)
 	}
@@ -952,7 +983,7 @@ func (p *Pipeline) recordOutcome(ctx context.Context, cs *callState, n int) erro
 // classified (kept as is), rather than a tool's own error.
 func gatewayCode(code errcode.Code) bool {
 	switch code {
-	case errcode.UpstreamUnavailable, errcode.Timeout, errcode.Cancelled:
+	case errcode.UpstreamUnavailable, errcode.UpstreamProtocolError, errcode.UpstreamCrashed, errcode.Timeout, errcode.Cancelled:
 		return true
 	}
 	return false
@@ -962,7 +993,8 @@ func gatewayCode(code errcode.Code) bool {
 // return; any other code (a gate code such as forbidden, an unknown code)
 // becomes tool_execution_failed so that the record stays honest (§F).
 var toolCodes = map[errcode.Code]bool{
-	errcode.ToolExecutionFailed: true, errcode.UpstreamUnavailable: true, errcode.Timeout: true,
+	errcode.ToolExecutionFailed: true, errcode.UpstreamUnavailable: true, errcode.UpstreamProtocolError: true,
+	errcode.UpstreamCrashed: true, errcode.Timeout: true,
 	errcode.Cancelled: true, errcode.InvalidArgument: true, errcode.NotFound: true, errcode.Conflict: true,
 }
 
