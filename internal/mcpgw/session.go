@@ -104,18 +104,30 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 		defer cancel()
 		return c.get(wctx)
 	}
-	onUp := func(cs *mcp.ClientSession) {
+	// The client's log level reaches a new upstream session before the
+	// session is handed out: a call made at once (the first call of a
+	// session opens its upstream session) must not reach the upstream
+	// before its logging/setLevel, or the tool's first messages are
+	// dropped (an MCP server sends none until the level is set; issue 13
+	// point 21). A logging/setLevel that arrives while setup runs, before
+	// the session is handed out (setLogLevel does not see it yet), is
+	// applied by onUp.
+	var applied mcp.LoggingLevel // setup and onUp run in turn on the conn's goroutine
+	level := func(cs *mcp.ClientSession) {
 		ds.mu.Lock()
 		lvl := ds.logLevel
 		ds.mu.Unlock()
-		if lvl != "" {
+		if lvl != "" && lvl != applied {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: lvl})
+			if cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: lvl}) == nil {
+				applied = lvl
+			}
 			cancel()
 		}
 	}
 	c = newConn(u.d, connConfig{opts: ds.clientOptions(u), version: ds.g.negotiated(ds.ss), idle: u.idle, idleStops: &ds.g.idleStops,
-		log: ds.g.log.With("server", u.name, "session", ds.id), onUp: onUp, mw: []mcp.Middleware{ds.clientMiddleware}})
+		log: ds.g.log.With("server", u.name, "session", ds.id), setup: func(cs *mcp.ClientSession) { applied = ""; level(cs) },
+		onUp: level, mw: []mcp.Middleware{ds.clientMiddleware}})
 	ds.conns[u.name] = c
 	ready := make(chan struct{})
 	ds.ready[u.name] = ready

@@ -142,12 +142,15 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 // in the background, reconnected with backoff when it ends, until closed.
 // Safe for concurrent use.
 type conn struct {
-	server    string
-	d         *dialer
-	opts      *mcp.ClientOptions
-	version   string           // protocol version to ask for ("" = the SDK's latest)
-	mw        []mcp.Middleware // receiving middleware of each session
-	log       *slog.Logger
+	server  string
+	d       *dialer
+	opts    *mcp.ClientOptions
+	version string           // protocol version to ask for ("" = the SDK's latest)
+	mw      []mcp.Middleware // receiving middleware of each session
+	log     *slog.Logger
+	// setup runs on each new session before it is handed out (get,
+	// waitUp), so a call can never overtake it; may be nil.
+	setup     func(*mcp.ClientSession)
 	onUp      func(*mcp.ClientSession) // called after each (re)connect, may be nil
 	idle      time.Duration            // stop the session after this long unused (0: never); see reapIdle
 	idleStops *atomic.Int64            // counts reapIdle's stops; may be nil
@@ -177,13 +180,16 @@ type connConfig struct {
 	idle      time.Duration
 	idleStops *atomic.Int64
 	log       *slog.Logger
-	onUp      func(*mcp.ClientSession) // called after each (re)connect, may be nil
-	mw        []mcp.Middleware         // receiving middleware of each client session
+	// setup, if not nil, runs on each new session before it is handed
+	// out (a call cannot overtake it); onUp, if not nil, after.
+	setup func(*mcp.ClientSession)
+	onUp  func(*mcp.ClientSession)
+	mw    []mcp.Middleware // receiving middleware of each client session
 }
 
 // newConn starts supervising a session to d's server.
 func newConn(d *dialer, cc connConfig) *conn {
-	c := &conn{server: d.cfg.Name, d: d, opts: cc.opts, version: cc.version, mw: cc.mw, log: cc.log, onUp: cc.onUp,
+	c := &conn{server: d.cfg.Name, d: d, opts: cc.opts, version: cc.version, mw: cc.mw, log: cc.log, setup: cc.setup, onUp: cc.onUp,
 		idle: cc.idle, idleStops: cc.idleStops,
 		upCh: make(chan struct{}), wake: make(chan struct{}, 1), subs: map[string]struct{}{},
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -284,6 +290,9 @@ func (c *conn) run() {
 		}
 		cs, cmd, err := c.d.dial(ctx, c.opts, c.version, send, c.mw...)
 		cancel()
+		if err == nil && c.setup != nil {
+			c.setup(cs)
+		}
 		if err == nil {
 			c.mu.Lock()
 			if c.closed {
