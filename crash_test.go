@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
@@ -30,6 +31,9 @@ const crashEnv = "TOOLGATE_CRASH_CHILD_DB"
 // TestMain runs the crash child when $TOOLGATE_CRASH_CHILD_DB is set (see
 // TestKill9LosesNoAcknowledgedCall) and the tests otherwise.
 func TestMain(m *testing.M) {
+	if args := os.Getenv(serveChildEnv); args != "" {
+		os.Exit(cli.Main(context.Background(), strings.Split(args, "\x1f"), strings.NewReader(""), os.Stdout, os.Stderr))
+	}
 	if path := os.Getenv(crashEnv); path != "" {
 		if err := runCrashChild(path); err != nil {
 			fmt.Fprintln(os.Stderr, "crash child:", err)

@@ -104,7 +104,21 @@ Exits 0 when the file verifies, 1 otherwise.`,
 					}
 					return failure("reading receipts: %v", err)
 				}
-				return verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut, 0)
+				if err := verifyReport(cmd, cfg.Store.DSN, &buf, st.PublicKey(), jsonOut, 0); err != nil || jsonOut {
+					return err
+				}
+				// Pairing: every agent.toolCalled has its agent.toolReturned
+				// (serve closes interrupted calls at start).
+				open, err := st.OpenCalls(cmd.Context())
+				if err != nil {
+					return failure("reading open calls: %v", err)
+				}
+				if len(open) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "  calls: every agent.toolCalled has its agent.toolReturned")
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "  note: %d call(s) have no agent.toolReturned yet: running now, or left by a stop that the next 'toolgate serve' closes as gateway_restarted\n", len(open))
+				}
+				return nil
 			}
 			if len(args) != 1 || pubkey == "" {
 				return usage("give FILE and --pubkey, or --config (see 'toolgate receipts verify --help')")

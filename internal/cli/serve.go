@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
 	"github.com/toolgate/toolgate/hook/webhook"
 	"github.com/toolgate/toolgate/internal/auth"
@@ -208,6 +209,23 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	})
 	if err != nil {
 		return failure("%v", err)
+	}
+	// Calls the previous run left open (kill -9, a crash) are closed as
+	// gateway_restarted before anything is served, so every call in the
+	// store is paired with an outcome and a receipt (issue 13 point 13).
+	open, err := st.OpenCalls(ctx)
+	if err != nil {
+		return failure("store %s: reading open calls: %v", cfg.Store.DSN, err)
+	}
+	if len(open) > 0 {
+		n, err := pipe.CloseInterrupted(ctx, open)
+		if err != nil && errcode.CodeOf(err) != errcode.InvalidArgument {
+			return failure("store %s: closing %d interrupted calls: %v", cfg.Store.DSN, len(open), err)
+		}
+		if err != nil {
+			logger.Error("some open calls could not be closed", "err", err)
+		}
+		logger.Warn("closed calls interrupted by the previous stop as gateway_restarted", "calls", n)
 	}
 	var natives []mcpgw.Native
 	if quick {

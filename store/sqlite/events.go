@@ -199,3 +199,34 @@ func (s *Store) readAfter(ctx context.Context, tenant string, after, upto int64,
 	}
 	return recs, nil
 }
+
+// OpenCalls returns every stored agent.toolCalled event (of any tenant)
+// whose call has no agent.toolReturned (none with that event as its
+// causationId), in commit order: the calls in flight when the gateway last
+// stopped without finishing them (kill -9, a crash), or running now. It
+// reads the whole event log once (a startup task; serve closes them with
+// pipeline.CloseInterrupted before it serves). Errors: Cancelled, Timeout;
+// AuditUnavailable. The caller owns the result. Safe for concurrent use.
+func (s *Store) OpenCalls(ctx context.Context) ([]audit.Event, error) {
+	const op = "open calls"
+	if err := s.readable(ctx, op); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM events
+		WHERE type = ? AND event_id IN (
+			SELECT event_id FROM events WHERE type = ?
+			EXCEPT SELECT causation_id FROM events WHERE type = ?)
+		ORDER BY pos`, audit.TypeToolCalled, audit.TypeToolCalled, audit.TypeToolReturned)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	recs, err := collectEvents(rows)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	out := make([]audit.Event, len(recs))
+	for i := range recs {
+		out[i] = recs[i].Event
+	}
+	return out, nil
+}
