@@ -250,3 +250,22 @@ auth:
 		t.Errorf("defaults: %v %v %v %+v", rh, rb, idle, cfg.HTTP)
 	}
 }
+
+// tools[].validate_args (issue 13 point 6): absent means validate; false
+// reaches the classification; a value that is not a boolean is a located
+// issue.
+func TestToolsValidateArgs(t *testing.T) {
+	cfg, err := Parse("v.yaml", []byte("tools:\n  - {match: \"mcp:a.*\"}\n  - {match: \"mcp:b.*\", validate_args: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := cfg.Classifications()
+	if cl[0].ValidateArgs != nil || cl[1].ValidateArgs == nil || *cl[1].ValidateArgs {
+		t.Fatalf("classifications %+v %+v", cl[0], cl[1])
+	}
+	_, err = Parse("v.yaml", []byte("tools:\n  - {match: \"mcp:b.*\",\n     validate_args: sometimes}\n"))
+	var issues policy.Issues
+	if !errors.As(err, &issues) || len(issues) == 0 || issues[0].Pos.Line != 3 || !strings.Contains(issues[0].Message, "want true or false") {
+		t.Fatalf("a non-boolean validate_args: %v", err)
+	}
+}
