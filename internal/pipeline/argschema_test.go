@@ -99,3 +99,29 @@ func TestArgSchemasCompiledOncePerSnapshot(t *testing.T) {
 		t.Fatalf("schemas recompiled for the same snapshot (%p, %p)", a, b)
 	}
 }
+
+// FuzzArgSchema: an upstream's inputSchema and a caller's arguments are
+// both untrusted; compiling the one and validating the other never panics,
+// and a failure is invalid_argument or invalid_config.
+func FuzzArgSchema(f *testing.F) {
+	f.Add(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`, `{}`)
+	f.Add(`{"type":"object","properties":{"a/b~c":{"type":"string"}},"required":["a/b~c"]}`, `{"x":1}`)
+	f.Add(`{"$ref":"#/$defs/x","$defs":{"x":{"anyOf":[{"type":"string"},{"type":"array","items":{"const":1}}]}}}`, `[1,2]`)
+	f.Add(`{"type":12}`, `{"n":1}`)
+	f.Add(`{"$ref":"file:///etc/passwd"}`, `{}`)
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := New(Options{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Events: store.EventLog(ms), Receipts: store.ReceiptLog(ms)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, schema, args string) {
+		st := &State{schemas: map[string]argSchema{"t": compileArgSchema([]byte(schema))}}
+		e := p.validateArgs(st, "t", []byte(args))
+		if e != nil && e.Code != errcode.InvalidArgument && e.Code != errcode.InvalidConfig {
+			t.Fatalf("code %s", e.Code)
+		}
+	})
+}
