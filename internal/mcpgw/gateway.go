@@ -1023,8 +1023,9 @@ var errToolTimeout = errors.New("tool timeout")
 // tool_execution_failed for the upstream's JSON-RPC error or an oversize
 // result, upstream_protocol_error or upstream_crashed (details.ran
 // "unknown") when the upstream accepted the request but its answer was not
-// a valid response or never came, upstream_unavailable otherwise. A session the upstream no longer
-// knows (404) is closed, so that it is opened again.
+// a valid response or never came, upstream_unavailable otherwise. A
+// session the upstream no longer knows (404) is closed, so that it is
+// opened again.
 func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeout time.Duration, err error) error {
 	if context.Cause(ctx) == errToolTimeout {
 		return errcode.Errorf(errcode.Timeout, "tool did not finish within %s", timeout)
