@@ -55,9 +55,11 @@
 // path.isUnder(p, dir) / path.isUnder(p, dir, root): lexical POSIX path
 // functions (Go's path.Clean; "." and ".." resolved) that never touch the
 // file system, so symbolic links are the upstream's to resolve. A relative
-// p is resolved against dir, or against root when given (a relative dir
-// too); dir without a root, and root, must be absolute, else the call fails
-// closed (a load issue for a literal). Compile warns (Program.Warnings)
+// p is never under dir in the two-argument form (the upstream's base for
+// relative paths is unknown, so it fails closed); with a root it is
+// resolved against root (a relative dir too). dir without a root, and
+// root, must be absolute, else the call fails closed (a load issue for a
+// literal). Compile warns (Program.Warnings)
 // about startsWith on an argument named like a path.
 //
 // A condition must be statically bool: one of another type (tool.title) or

@@ -70,15 +70,20 @@ func (pathLibrary) CompileOptions() []cel.EnvOption {
 // ProgramOptions implements cel.Library.
 func (pathLibrary) ProgramOptions() []cel.ProgramOption { return nil }
 
-// isUnder reports whether p, cleaned, is dir or below it. A relative p (and,
-// with a root, a relative dir) is resolved against root, or against dir
-// when root is "" (the two-argument form: the upstream resolves relative
-// paths against the directory it serves). Without a root, dir must be
-// absolute; an evaluation error otherwise (the rule then fails closed).
+// isUnder reports whether p, cleaned, is dir or below it. With a root, a
+// relative p (and a relative dir) is resolved against root. Without one
+// (the two-argument form), a relative p is never under dir: the gateway
+// cannot know what the upstream resolves it against (server-filesystem
+// uses the directory it serves, which may be dir's parent), so it fails
+// closed; and dir must be absolute, an evaluation error otherwise (the
+// rule then fails closed too).
 func isUnder(p, dir, root string) ref.Val {
 	if root == "" {
 		if !path.IsAbs(dir) {
 			return types.NewErr("path.isUnder: dir %q is not an absolute path (give a root: path.isUnder(p, dir, root))", dir)
+		}
+		if !path.IsAbs(p) {
+			return types.False
 		}
 		root = dir
 	}

@@ -24,7 +24,8 @@ func TestPathFunctions(t *testing.T) {
 		{"mcp:fs.read", "/srv/data/a/b.txt", EffectAllow},
 		{"mcp:fs.read", "/srv/data/a/../b.txt", EffectAllow},
 		{"mcp:fs.read", "/srv/data//./x", EffectAllow},
-		{"mcp:fs.read", "a/b.txt", EffectAllow}, // relative: against dir
+		{"mcp:fs.read", "a/b.txt", EffectDeny}, // relative, no root: never under (the upstream picks the base)
+		{"mcp:fs.read", "", EffectDeny},
 		{"mcp:fs.read", "/srv/data/../etc/passwd", EffectDeny},
 		{"mcp:fs.read", "/srv/data/a/../../etc", EffectDeny},
 		{"mcp:fs.read", "/srv/database/x", EffectDeny}, // a sibling sharing the prefix

@@ -59,7 +59,8 @@ func gateError(res *mcp.CallToolResult) string {
 //     even with a big content (require_approval grants nothing);
 //   - a reader reads inside the directory, but "<dir>/../secret.txt",
 //     which startsWith the directory, is refused by data-only and the
-//     upstream never answers it;
+//     upstream never answers it, and neither does a relative path
+//     (the upstream resolves it against its own root);
 //   - a big write by a writer needs approval; a small one runs.
 func TestREADMEPolicy(t *testing.T) {
 	npm := npmDeps(t)
@@ -124,6 +125,17 @@ servers:
 	if !res.IsError || gateError(res) != "forbidden" || strings.Contains(resultText(res), "outside-secret") || !strings.Contains(resultText(res), "data-only") {
 		raw, _ := json.Marshal(res)
 		t.Errorf("read of %s/../secret.txt: %s", data, raw)
+	}
+
+	// A relative path is resolved by server-filesystem against the
+	// directory it serves, not against the rule's dir: the two-argument
+	// path.isUnder cannot know that root, so it refuses relative paths.
+	for _, rel := range []string{"secret.txt", "data/../secret.txt", "a.txt"} {
+		res := callTool(t, alice, read, map[string]any{"path": rel})
+		if !res.IsError || gateError(res) != "forbidden" || strings.Contains(resultText(res), "outside-secret") {
+			raw, _ := json.Marshal(res)
+			t.Errorf("read of relative %q: %s", rel, raw)
+		}
 	}
 
 	// Approval restricts what writers grants.
