@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 
@@ -259,6 +260,9 @@ func (g *Gateway) listPrompts(ctx context.Context, _ *dsession, p policy.Princip
 // Routing only picks the server; whether p may use the URI is the
 // decision's.
 func (g *Gateway) resourceServer(ctx context.Context, uri string) string {
+	if hasDotSegment(uri) {
+		return ""
+	}
 	servers := g.serversWith(hasResources)
 	switch len(servers) {
 	case 0:
@@ -294,6 +298,34 @@ func (g *Gateway) resourceServer(ctx context.Context, uri string) string {
 		}
 	}
 	return best
+}
+
+// hasDotSegment reports whether uri's path has a "." or ".." segment
+// (RFC 3986 §3.3), raw or percent-encoded ("%2e%2e"), or with "\\" or
+// "%2f" as the separator, or whether its escapes do not decode. An upstream
+// resolving such a URI (RFC 3986 §5.2.4 remove_dot_segments, as URL
+// parsers do) would read another resource than the one the decision saw
+// (a rule's args.uri.startsWith("demo://static/") passed for
+// "demo://static/../secret"), so such a URI is answered like an unknown
+// one.
+func hasDotSegment(uri string) bool {
+	rest := uri
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if _, after, ok := strings.Cut(rest, ":"); ok {
+		rest = after
+	}
+	dec, err := url.PathUnescape(rest)
+	if err != nil {
+		return true
+	}
+	for seg := range strings.FieldsFuncSeq(dec, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // promptServer routes a surface prompt name to its server and upstream

@@ -475,6 +475,20 @@ func TestSurfacesGatedAndRecorded(t *testing.T) {
 	if d, u := wireError(t, errDyn, dynamic), wireError(t, errUnknown, "demo://resource/dynamic/text/no-such"); d != u {
 		t.Errorf("carol: a resource outside her rule answers %q, an unknown one %q; want alike", d, u)
 	}
+	// Dot segments do not leave the prefix her rule names: the upstream
+	// would resolve them (raw or percent-encoded) to a dynamic resource.
+	for _, escape := range []string{staticPrefix + "../dynamic/text/1", staticPrefix + "%2e%2e/dynamic/text/1",
+		staticPrefix + "%2E./dynamic/blob/2", staticPrefix + "./../dynamic/text/1"} {
+		res, err := carol.ReadResource(surfCtx(t), &mcp.ReadResourceParams{URI: escape})
+		if err == nil {
+			t.Errorf("carol reads %s: %+v; want it refused", escape, res)
+		} else if w, u := wireError(t, err, escape), wireError(t, errUnknown, "demo://resource/dynamic/text/no-such"); w != u {
+			t.Errorf("carol's %s answers %q, want it like an unknown resource %q", escape, w, u)
+		}
+		if err := carol.Subscribe(surfCtx(t), &mcp.SubscribeParams{URI: escape}); err == nil {
+			t.Errorf("carol subscribes to %s", escape)
+		}
+	}
 	if p := listPromptNames(t, carol); len(p) != 0 {
 		t.Errorf("carol's prompts/list = %q, want none", p)
 	}
