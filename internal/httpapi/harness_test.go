@@ -44,6 +44,7 @@ var principals = []struct {
 	{"root", "a", []string{"toolgate:admin", "notes:read"}},
 	{"erin", "a", []string{"notes:write", "notes:read"}},
 	{"dave", "a", []string{"toolgate:approve"}},
+	{"audra", "a", []string{"notes:read", "toolgate:audit"}}, // reads every principal's events of tenant a
 }
 
 // serveConfig is the configuration of the running server (%s: the
