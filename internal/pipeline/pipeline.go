@@ -6,9 +6,18 @@
 //
 // The order of a call (DESIGN.md):
 //
-//	resolve (canonical toolId) → decide (policy) → rate limit → before-hooks
-//	→ re-decide if a hook changed the arguments → agent.toolCalled (durable)
-//	→ invoke → after/error hooks → agent.toolReturned + receipt (durable) → result
+//	resolve (canonical toolId) → decide (policy) → approval → rate limit
+//	→ before-hooks → re-decide (and, for require_approval, an approval of
+//	the new arguments) if a hook changed the arguments → agent.toolCalled
+//	(durable) → invoke → after/error hooks → agent.toolReturned + receipt
+//	(durable) → result
+//
+// Everything a call records (error messages and details, an isError
+// result, the recorded result under audit content "full", log lines) is
+// redacted with the gateway's redactor plus the values the key-name rule
+// removed from the call's arguments (audit.Redactor.WithValues), and the
+// identifiers a caller chose (runId, agentId, callId, parentCallId) with
+// audit.Redactor.RedactID.
 //
 // MCP resources, prompts and completions run the same sequence on a Target
 // (Call.Target: mcp:<server>/resource, mcp:<server>#<prompt>), and
