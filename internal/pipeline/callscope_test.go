@@ -108,3 +108,37 @@ func TestCallScopedValuesScrubLogs(t *testing.T) {
 		t.Fatalf("code %s", res.Err.Code)
 	}
 }
+
+// A call closed as gateway_restarted keeps its principal on the closing
+// event (event reads are scoped to it), also for a call stored before
+// events kept one (then the payload's principal counts).
+func TestCloseInterruptedKeepsPrincipal(t *testing.T) {
+	events := audit.NewMemoryLog()
+	p, err := New(Options{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Events: events,
+		Receipts: NewMemoryReceipts(receipt.NewSigner(ed25519.NewKeyFromSeed(make([]byte, 32))))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var called []audit.Event
+	for i, owner := range []string{"alice", ""} {
+		tc := audit.NewToolCalled(audit.CallRef{AgentID: audit.AgentSystem, ToolName: "native:svc.login", CallID: fmt.Sprintf("call-%d", i)},
+			strings.Repeat("a", 64), "alice", audit.TransportNative)
+		ev, err := audit.NewCalledEvent(fmt.Sprintf("run-%d", i), &tc, p.opts.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Tenant, ev.Principal = "acme", owner
+		if err := events.Append(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+		called = append(called, *ev)
+	}
+	if n, err := p.CloseInterrupted(context.Background(), called); err != nil || n != 2 {
+		t.Fatalf("CloseInterrupted: %d %v", n, err)
+	}
+	for _, ev := range events.All() {
+		if ev.Type == audit.TypeToolReturned && ev.Principal != "alice" {
+			t.Errorf("closing event of %s belongs to %q, want alice", ev.RunID, ev.Principal)
+		}
+	}
+}
