@@ -281,8 +281,9 @@ func startUpstream(t *testing.T) string {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	type textIn struct {
-		Text string  `json:"text,omitempty"`
-		N    float64 `json:"n,omitempty"`
+		Text     string  `json:"text,omitempty"`
+		N        float64 `json:"n,omitempty"`
+		Password string  `json:"password,omitempty"` // a credential-named argument (key-name redaction)
 	}
 	type textOut struct {
 		Text string `json:"text"`
