@@ -47,6 +47,10 @@ const (
 	PollInterval          = 250 * time.Millisecond
 )
 
+// MaxArgsSummary bounds Binding.ArgsSummary (bytes): a longer rendering is
+// cut at a rune boundary and ends with "…".
+const MaxArgsSummary = 400
+
 // Binding identifies what an approval covers: this principal calling this
 // tool with these arguments (by argsHash). Changed arguments are a
 // different binding and never ride on an old approval.
@@ -60,8 +64,10 @@ type Binding struct {
 	// user in-band when the context carries an Elicitor; "" (or no
 	// Elicitor) waits for an approver principal.
 	Approver string
-	// ArgsSummary is a short, redacted rendering of the arguments, shown
-	// to the user asked in-band.
+	// ArgsSummary is a short, redacted rendering of the arguments (at most
+	// MaxArgsSummary bytes), stored with the approval and shown to
+	// approvers and to the user asked in-band. It is redacted again before
+	// it is stored.
 	ArgsSummary string
 	// Args are the call's exact (unredacted) arguments, a JSON object. The
 	// approval is bound to them by an HMAC (Options.BindingKey) of their
@@ -110,6 +116,11 @@ type Options struct {
 	BindingKey []byte
 	Now        func() time.Time
 	Logger     *slog.Logger
+	// Redactor scrubs the free text a person gives (an approver's or the
+	// user's reason) before it is stored or written to an event, and the
+	// argument summary shown to approvers (DESIGN.md decision 9); nil: a
+	// redactor with the key-name and shape rules only.
+	Redactor *audit.Redactor
 }
 
 // Manager creates, resolves and consumes approvals. Safe for concurrent use.
@@ -142,6 +153,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Redactor == nil {
+		opts.Redactor = audit.NewRedactor()
 	}
 	if len(opts.BindingKey) == 0 {
 		opts.BindingKey = make([]byte, 32)
@@ -228,6 +242,7 @@ func (m *Manager) askUser(ctx context.Context, b Binding, a *store.Approval, ask
 	actx, cancel := context.WithTimeout(ctx, m.opts.Wait)
 	approve, reason, err := ask(actx, msg)
 	cancel()
+	reason = m.opts.Redactor.RedactString(reason)
 	if err != nil {
 		m.opts.Logger.Info("in-band approval unavailable; waiting for an approver", "approvalId", a.ID, "err", err)
 		return "", nil, false
@@ -241,7 +256,7 @@ func (m *Manager) askUser(ctx context.Context, b Binding, a *store.Approval, ask
 	if err != nil {
 		return "", errcode.Wrap(errcode.AuditUnavailable, err, "recording the user's answer"), true
 	}
-	m.event(wctx, b.RunID, b.Tenant, TypeResolved, map[string]any{
+	m.event(wctx, b.RunID, b.Tenant, b.Principal, TypeResolved, map[string]any{
 		"approvalId": a.ID, "toolId": b.ToolID, "status": string(res.Status), "resolvedBy": "user:" + b.Principal, "reason": reason, "inBand": true,
 	})
 	if !approve {
@@ -311,11 +326,11 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 		}
 	}
 	a := &store.Approval{ID: newID(), Tenant: b.Tenant, Principal: b.Principal, ToolID: b.ToolID, ArgsHash: b.ArgsHash,
-		ArgsBinding: b.binding, CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
+		ArgsBinding: b.binding, ArgsSummary: m.opts.Redactor.RedactString(b.ArgsSummary), CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
 	if err := m.opts.Store.CreateApproval(wctx, a); err != nil {
 		return nil, errcode.Wrap(errcode.AuditUnavailable, err, "storing the approval")
 	}
-	m.event(wctx, b.RunID, b.Tenant, TypeRequested, map[string]any{
+	m.event(wctx, b.RunID, b.Tenant, b.Principal, TypeRequested, map[string]any{
 		"approvalId": a.ID, "toolId": b.ToolID, "principal": b.Principal, "argsHash": b.ArgsHash,
 		"callId": b.CallID, "ruleId": b.RuleID, "reason": b.Reason, "expiresAt": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
 	})
@@ -351,7 +366,8 @@ func matches(a *store.Approval, b Binding) bool {
 }
 
 // Resolve approves (approve true) or denies tenant's pending approval id
-// on behalf of approver, and wakes the calls waiting for it. The approver
+// on behalf of approver, and wakes the calls waiting for it. reason is
+// stored and written to the resolved event redacted (Options.Redactor). The approver
 // needs ApproversScope and, unless AllowSelfApproval, must not be the
 // requester. runID, when known, is the run the resolved event goes to (""
 // uses "approval:<id>").
@@ -367,6 +383,7 @@ func (m *Manager) Resolve(ctx context.Context, approver policy.Principal, id str
 	if err != nil {
 		return nil, err
 	}
+	reason = m.opts.Redactor.RedactString(reason)
 	if a.Principal == approver.ID && !m.opts.AllowSelfApproval {
 		return nil, errcode.New(errcode.Forbidden, "a principal may not approve its own call (approvals.allow_self_approval is off)")
 	}
@@ -378,7 +395,7 @@ func (m *Manager) Resolve(ctx context.Context, approver policy.Principal, id str
 	if err != nil {
 		return nil, err
 	}
-	m.event(context.WithoutCancel(ctx), "approval:"+id, approver.Tenant, TypeResolved, map[string]any{
+	m.event(context.WithoutCancel(ctx), "approval:"+id, approver.Tenant, res.Principal, TypeResolved, map[string]any{
 		"approvalId": id, "toolId": res.ToolID, "status": string(res.Status), "resolvedBy": approver.ID, "reason": reason,
 	})
 	m.mu.Lock()
@@ -408,8 +425,9 @@ func (m *Manager) unwait(id string, ch chan struct{}) {
 	}
 }
 
-// event appends an approval event (content-free: ids, hashes, reasons).
-func (m *Manager) event(ctx context.Context, runID, tenant, typ string, payload map[string]any) {
+// event appends an approval event (content-free: ids, hashes, reasons) of
+// tenant, belonging to principal (the call's requester).
+func (m *Manager) event(ctx context.Context, runID, tenant, principal, typ string, payload map[string]any) {
 	if m.opts.Events == nil {
 		return
 	}
@@ -421,7 +439,7 @@ func (m *Manager) event(ctx context.Context, runID, tenant, typ string, payload 
 		m.opts.Logger.Error("approval event", "type", typ, "err", err)
 		return
 	}
-	ev.Tenant = tenant
+	ev.Tenant, ev.Principal = tenant, principal
 	if err := m.opts.Events.Append(ctx, ev); err != nil {
 		m.opts.Logger.Error("approval event", "type", typ, "err", err)
 	}

@@ -56,14 +56,20 @@ func (r *Redactor) argsHash(args []byte, decode bool) (string, any, error) {
 		hashBufPool.Put(bp)
 		return "", nil, err
 	}
-	sum := sha256.Sum256(buf)
+	h := hashHex(buf)
 	if cap(buf) <= maxPooledHashBuf {
 		*bp = buf[:0]
 		hashBufPool.Put(bp)
 	}
+	return h, v, nil
+}
+
+// hashHex is the lowercase hex SHA-256 of b.
+func hashHex(b []byte) string {
+	sum := sha256.Sum256(b)
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], sum[:])
-	return string(out[:]), v, nil
+	return string(out[:])
 }
 
 // defaultRedactor has the key-name and shape rules and no secrets.

@@ -87,6 +87,11 @@ type Event struct {
 	// Tenant scopes the event for reads; it is not marshalled ("" for a
 	// single-tenant deployment).
 	Tenant string
+	// Principal is the id of the principal the event belongs to (the
+	// call's principal; an approval's requester), so that reads can be
+	// scoped to it; it is not marshalled. "" for an event of no principal
+	// (only tenant-wide readers see it).
+	Principal string
 }
 
 // eventWire is the JSON shape of Event.
@@ -583,7 +588,7 @@ func ReturnedEvent(called *Event, r ToolReturned, now time.Time) (*Event, error)
 		return nil, err
 	}
 	ev := boxedEvent(called.RunID, TypeToolReturned, raw, called.EventID, now)
-	ev.Tenant = called.Tenant
+	ev.Tenant, ev.Principal = called.Tenant, called.Principal
 	return ev, nil
 }
 

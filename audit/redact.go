@@ -73,7 +73,16 @@ const MinSecretLen = 8
 type Redactor struct {
 	mu   sync.Mutex // serializes AddSecret
 	snap atomic.Pointer[redactSnapshot]
+
+	// A call-scoped Redactor (WithValues) redacts with parent's current
+	// secrets and its own (snap); merged caches the union.
+	parent *Redactor
+	merged atomic.Pointer[mergedSnapshot]
 }
+
+// mergedSnapshot is the union of a parent's snapshot and a call-scoped
+// Redactor's own, valid while both are current.
+type mergedSnapshot struct{ base, own, snap *redactSnapshot }
 
 // NewRedactor returns a Redactor with the key-name and shape rules and no
 // registered secrets.
@@ -97,19 +106,14 @@ func (r *Redactor) AddSecret(secretID, value string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.snapshot()
+	old := r.own()
 	if slices.ContainsFunc(old.secrets, func(s redactSecret) bool { return string(s.value) == value }) {
 		return
 	}
 	secrets := make([]redactSecret, 0, len(old.secrets)+1)
 	secrets = append(secrets, old.secrets...)
 	secrets = append(secrets, redactSecret{value: []byte(value), marker: []byte("[REDACTED:" + secretID + "]")})
-	slices.SortFunc(secrets, func(a, b redactSecret) int {
-		if len(a.value) != len(b.value) {
-			return len(b.value) - len(a.value) // longest first
-		}
-		return bytes.Compare(a.value, b.value)
-	})
+	sortSecrets(secrets)
 	r.snap.Store(newRedactSnapshot(secrets))
 }
 
@@ -122,6 +126,34 @@ func (r *Redactor) RedactString(s string) string {
 		return s
 	}
 	return string(out)
+}
+
+// RedactID returns the identifier s (a runId, agentId, callId or
+// parentCallId a caller chose) with registered secrets and every shape but
+// the hex run redacted (rules 1 and 3 of Redactor): identifiers are often
+// long hex strings (toolgate's own ids, W3C trace ids), which the hex-run
+// shape would erase, but they must never carry a credential into a
+// record. It returns s itself when nothing matched. Safe for concurrent
+// use.
+func (r *Redactor) RedactID(s string) string {
+	sn := r.snapshot()
+	b := []byte(s)
+	changed := false
+	if sn.containsSecret(b) {
+		for _, sec := range sn.secrets {
+			if bytes.Contains(b, sec.value) {
+				b = bytes.ReplaceAll(b, sec.value, sec.marker)
+			}
+		}
+		changed = true
+	}
+	if out, ok := redactShapes(b, false); ok {
+		return string(out)
+	}
+	if !changed {
+		return s
+	}
+	return string(b)
 }
 
 // RedactJSON returns the RFC 8785 canonical form of the JSON text data with
@@ -179,11 +211,45 @@ func (r *Redactor) appendRedacted(dst, data []byte, nullAsEmpty, decode bool) ([
 	return out, v, nil
 }
 
-func (r *Redactor) snapshot() *redactSnapshot {
+// own returns the secrets registered on r itself.
+func (r *Redactor) own() *redactSnapshot {
 	if sn := r.snap.Load(); sn != nil {
 		return sn
 	}
 	return emptySnapshot
+}
+
+// snapshot returns what r redacts with: its own secrets and, for a
+// call-scoped Redactor, its parent's current ones (the parent's first).
+func (r *Redactor) snapshot() *redactSnapshot {
+	own := r.own()
+	if r.parent == nil {
+		return own
+	}
+	base := r.parent.snapshot()
+	if m := r.merged.Load(); m != nil && m.base == base && m.own == own {
+		return m.snap
+	}
+	secrets := slices.Clone(base.secrets)
+	for _, sec := range own.secrets {
+		if !slices.ContainsFunc(base.secrets, func(s redactSecret) bool { return bytes.Equal(s.value, sec.value) }) {
+			secrets = append(secrets, sec)
+		}
+	}
+	sortSecrets(secrets)
+	sn := newRedactSnapshot(secrets)
+	r.merged.Store(&mergedSnapshot{base: base, own: own, snap: sn})
+	return sn
+}
+
+// sortSecrets orders secrets longest first, then by bytes.
+func sortSecrets(secrets []redactSecret) {
+	slices.SortFunc(secrets, func(a, b redactSecret) int {
+		if len(a.value) != len(b.value) {
+			return len(b.value) - len(a.value) // longest first
+		}
+		return bytes.Compare(a.value, b.value)
+	})
 }
 
 // redactSecret is one registered secret.
@@ -248,7 +314,7 @@ func (sn *redactSnapshot) rewrite(s []byte) ([]byte, bool) {
 		}
 		changed = true
 	}
-	if out, ok := redactShapes(s); ok {
+	if out, ok := redactShapes(s, true); ok {
 		return out, true
 	}
 	return s, changed
@@ -451,7 +517,9 @@ type shapeMatch struct{ start, keep, end int }
 //     (each shape ends at a non-hex byte or where the run ends), and no
 //     shape starts with 32 hex digits (none has more than three), so the
 //     passes cannot disagree about which match comes first.
-func redactShapes(s []byte) ([]byte, bool) {
+//
+// Without hexRuns the hex-run shape is not applied (RedactID).
+func redactShapes(s []byte, hexRuns bool) ([]byte, bool) {
 	if len(s) < minShapeLen {
 		return s, false
 	}
@@ -473,7 +541,7 @@ func redactShapes(s []byte) ([]byte, bool) {
 		i = run(s, i+1, classWord)
 	}
 	shapes := len(matches)
-	for m := 15; m+16 < len(s); m += 16 {
+	for m := 15; hexRuns && m+16 < len(s); m += 16 {
 		if byteClass[s[m]]&classHex == 0 || byteClass[s[m+16]]&classHex == 0 {
 			continue
 		}

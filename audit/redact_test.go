@@ -305,7 +305,7 @@ func TestRedactShapesMatchesReference(t *testing.T) {
 		for k := rng.IntN(24); k > 0; k-- {
 			b = append(b, shapePieces[rng.IntN(len(shapePieces))]...)
 		}
-		got, _ := redactShapes(b)
+		got, _ := redactShapes(b, true)
 		if want := referenceShapes(b); !bytes.Equal(got, want) {
 			t.Fatalf("redactShapes(%q)\n got %q\nwant %q", b, got, want)
 		}
@@ -318,7 +318,7 @@ func FuzzRedactShapes(f *testing.F) {
 		f.Add([]byte("x " + s + "0123456789abcdef0123456789abcdef0123 " + s + "abcdefghijklmnopqrstuvwxyz012345"))
 	}
 	f.Fuzz(func(t *testing.T, s []byte) {
-		got, changed := redactShapes(s)
+		got, changed := redactShapes(s, true)
 		want := referenceShapes(s)
 		if !bytes.Equal(got, want) || changed == bytes.Equal(want, s) {
 			t.Fatalf("redactShapes(%q) = %q, %v; want %q", s, got, changed, want)

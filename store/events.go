@@ -61,7 +61,7 @@ func CheckEvents(events []*audit.Event) error {
 // re-append: every field but Sequence is equal (Timestamp by time.Equal,
 // Payload byte for byte). For backend implementers.
 func SameEvent(stored, ev *audit.Event) bool {
-	return stored.EventID == ev.EventID && stored.Tenant == ev.Tenant && stored.RunID == ev.RunID &&
+	return stored.EventID == ev.EventID && stored.Tenant == ev.Tenant && stored.Principal == ev.Principal && stored.RunID == ev.RunID &&
 		stored.Type == ev.Type && stored.Timestamp.Equal(ev.Timestamp) && stored.CausationID == ev.CausationID &&
 		stored.SchemaVersion == ev.SchemaVersion && bytes.Equal(stored.Payload, ev.Payload)
 }

@@ -45,7 +45,12 @@ type Approval struct {
 	// of the canonical, unredacted arguments (approval.Manager computes
 	// it). argsHash alone is not enough: it is computed over redacted
 	// arguments. Optional for the store.
-	ArgsBinding string         `json:"argsBinding,omitempty"`
+	ArgsBinding string `json:"argsBinding,omitempty"`
+	// ArgsSummary is what an approver is shown of the arguments: their
+	// SR-1-redacted canonical JSON, cut short (approval.MaxArgsSummary);
+	// "" for approvals stored without one. Optional; valid UTF-8, at most
+	// 64 KiB.
+	ArgsSummary string         `json:"argsSummary,omitempty"`
 	Status      ApprovalStatus `json:"status"`             // see the ApprovalStatus constants
 	CreatedAt   time.Time      `json:"createdAt"`          // required
 	ExpiresAt   time.Time      `json:"expiresAt,omitzero"` // zero: never expires; else after CreatedAt
@@ -76,8 +81,8 @@ func (a *Approval) Validate() error {
 	if err := checkString("id", a.ID, true, 256); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}, {"argsBinding", a.ArgsBinding}} {
-		if err := checkString(f.name, f.v, f.name != "tenant" && f.name != "argsBinding", 1<<16); err != nil {
+	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}, {"argsBinding", a.ArgsBinding}, {"argsSummary", a.ArgsSummary}} {
+		if err := checkString(f.name, f.v, f.name != "tenant" && f.name != "argsBinding" && f.name != "argsSummary", 1<<16); err != nil {
 			return err
 		}
 	}

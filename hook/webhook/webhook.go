@@ -27,12 +27,15 @@
 //
 // # Modes
 //
-// Enforce (synchronous): the before callback's response decides. A 2xx
-// response with an empty body or {} allows; {"deny": true, "reason": "…"}
+// Enforce (synchronous): the before callback's response decides, and only a
+// 2xx response whose body is one JSON object may allow (ParseVerdict): {}
+// (or an object with "deny": false) allows; {"deny": true, "reason": "…"}
 // denies; {"args": {...}} replaces the arguments when the hook is declared
 // mutating (the pipeline then decides again and records mutationSource
-// "hook:<name>"). Any other status, an unreadable body or a timeout is an
-// error, which the pipeline turns into a denial (fail closed). Observe
+// "hook:<name>"). Any other status, an empty body, null or any other JSON
+// value, text that is not JSON, a member of the wrong type or a repeated
+// member, an unreadable body or a timeout is an error, which the pipeline
+// turns into a denial (fail closed). Observe
 // (fire and forget): each callback only enqueues the request on a bounded
 // queue that one worker drains; when the queue is full the request is
 // dropped and counted (Dropped), so an observe hook never slows a call by
@@ -178,13 +181,6 @@ type outcome struct {
 	DurationMs int64  `json:"durationMs"`
 }
 
-// response is an enforce answer.
-type response struct {
-	Deny   bool            `json:"deny"`
-	Reason string          `json:"reason"`
-	Args   json.RawMessage `json:"args"`
-}
-
 func (h *Hook) body(phase string, c *hook.Call, o *hook.Outcome) ([]byte, error) {
 	r := request{Phase: phase, Hook: h.opts.Name, CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
 		ToolID: c.ToolID, Transport: c.Transport, Principal: c.Principal, Tenant: c.Tenant, ArgsHash: c.ArgsHash}
@@ -215,17 +211,84 @@ func (h *Hook) Before(ctx context.Context, c *hook.Call) (hook.Verdict, error) {
 	if err != nil {
 		return hook.Verdict{}, err
 	}
-	var resp response
-	if t := bytes.TrimSpace(raw); len(t) > 0 {
-		if err := json.Unmarshal(t, &resp); err != nil {
-			return hook.Verdict{}, fmt.Errorf("webhook %s: the response is not a JSON object: %v", h.opts.Name, err)
-		}
-	}
-	v := hook.Verdict{Deny: resp.Deny, Reason: resp.Reason}
-	if len(resp.Args) > 0 && string(resp.Args) != "null" {
-		v.Args = resp.Args
+	v, err := ParseVerdict(raw)
+	if err != nil {
+		return hook.Verdict{}, fmt.Errorf("webhook %s: %v", h.opts.Name, err)
 	}
 	return v, nil
+}
+
+// ParseVerdict decodes an enforce hook's answer body: exactly one JSON
+// object (surrounding whitespace allowed) whose optional members are
+// "deny" (a boolean), "reason" (a string) and "args" (the replacement
+// arguments, any JSON value; null means none); other members are ignored.
+// An empty body, null, any JSON value other than an object, invalid JSON,
+// trailing data, a member of the wrong type or a member given twice is an
+// error (the pipeline then denies the call: only an object may allow).
+// Safe for concurrent use.
+func ParseVerdict(raw []byte) (hook.Verdict, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return hook.Verdict{}, errors.New("the response body is empty, not a JSON object")
+	}
+	if t[0] != '{' {
+		return hook.Verdict{}, fmt.Errorf("the response is not a JSON object (it starts with %q)", clipBytes(t, 16))
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	if _, err := dec.Token(); err != nil {
+		return hook.Verdict{}, fmt.Errorf("the response is not a JSON object: %v", err)
+	}
+	var v hook.Verdict
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return hook.Verdict{}, fmt.Errorf("the response is not a JSON object: %v", err)
+		}
+		key, _ := tok.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return hook.Verdict{}, fmt.Errorf("the response is not a JSON object: %v", err)
+		}
+		switch key {
+		case "deny", "reason", "args":
+		default:
+			continue
+		}
+		if seen[key] {
+			return hook.Verdict{}, fmt.Errorf("the response gives %q more than once", key)
+		}
+		seen[key] = true
+		switch key {
+		case "deny":
+			if err := json.Unmarshal(val, &v.Deny); err != nil || string(val) == "null" {
+				return hook.Verdict{}, errors.New(`the response's "deny" is not a boolean`)
+			}
+		case "reason":
+			if err := json.Unmarshal(val, &v.Reason); err != nil || string(val) == "null" {
+				return hook.Verdict{}, errors.New(`the response's "reason" is not a string`)
+			}
+		case "args":
+			if string(val) != "null" {
+				v.Args = val
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return hook.Verdict{}, fmt.Errorf("the response is not a JSON object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return hook.Verdict{}, errors.New("the response has data after its JSON object")
+	}
+	return v, nil
+}
+
+// clipBytes is b cut to at most n bytes, for a message.
+func clipBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
 }
 
 // After implements hook.Hook.

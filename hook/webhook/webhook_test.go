@@ -88,6 +88,8 @@ func TestEnforce(t *testing.T) {
 			return
 		}
 		switch a {
+		case "":
+			io.WriteString(w, `{}`)
 		case "deny":
 			io.WriteString(w, `{"deny": true, "reason": "DLP: looks like a key"}`)
 		case "mutate":
@@ -210,4 +212,88 @@ func TestSignatureVerify(t *testing.T) {
 			t.Errorf("%s: verified", name)
 		}
 	}
+}
+
+// Issue 12 point 11: an enforce webhook allows only with a JSON object.
+// A 2xx answer with an empty body, null, another JSON value, a member of
+// the wrong type, a repeated member or trailing data denies (fail closed),
+// the refusal is recorded, and the tool does not run.
+func TestEnforceOnlyObjectAllows(t *testing.T) {
+	var mu sync.Mutex
+	answer := ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req map[string]any
+		json.Unmarshal(body, &req)
+		if req["phase"] != "before" {
+			return
+		}
+		mu.Lock()
+		a := answer
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, a)
+	}))
+	defer srv.Close()
+	h, err := webhook.New(webhook.Options{Name: "gatekeeper", URL: srv.URL, Secret: secret, Mode: hook.Enforce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, got := gateway(t, hook.Registration{Name: "gatekeeper", Hook: h, Mode: hook.Enforce, Timeout: 5 * time.Second})
+	ran := 0
+	for _, c := range []struct {
+		answer string
+		allow  bool
+	}{
+		{"", false}, {"   \n", false}, {"null", false}, {" null\n", false}, {"[]", false}, {`"allow"`, false},
+		{"true", false}, {"0", false}, {"<html>ok</html>", false}, {`{"deny": "no"}`, false},
+		{`{"deny": null}`, false}, {`{"reason": 7}`, false}, {`{"deny": true, "deny": false}`, false},
+		{`{} {}`, false}, {`{}x`, false}, {`{"deny": false`, false},
+		{"{}", true}, {` {"deny": false, "note": "fine"} `, true}, {`{"args": null}`, true},
+	} {
+		mu.Lock()
+		answer = c.answer
+		mu.Unlock()
+		res := call(t, gw, `{"path":"/tmp/a"}`)
+		if c.allow {
+			ran++
+			if res.Status != audit.StatusOK {
+				t.Errorf("answer %q: %s %+v, want the call allowed", c.answer, res.Status, res.Err)
+			}
+		} else if res.Status != audit.StatusForbidden || res.Err.Code != errcode.Forbidden || !strings.Contains(res.Err.Message, "gatekeeper") || res.ReceiptID == "" {
+			t.Errorf("answer %q: %s %+v, want forbidden by the hook, recorded", c.answer, res.Status, res.Err)
+		}
+		if len(*got) != ran {
+			t.Fatalf("answer %q: the tool ran %d times, want %d", c.answer, len(*got), ran)
+		}
+	}
+	var buf bytes.Buffer
+	if err := gw.WriteReceipts(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := receipt.Verify(&buf, gw.PublicKey(), receipt.VerifyOptions{}); err != nil {
+		t.Fatalf("receipts: %v", err)
+	}
+}
+
+// FuzzParseVerdict: ParseVerdict never panics, and it accepts only text
+// that is one JSON object.
+func FuzzParseVerdict(f *testing.F) {
+	for _, s := range []string{"", "null", "{}", `{"deny":true,"reason":"x"}`, `{"args":{"a":1}}`, `[]`, `{"deny":1}`, `{} {}`, `{"deny":true,"deny":false}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		v, err := webhook.ParseVerdict(raw)
+		if err != nil {
+			return
+		}
+		trimmed := bytes.TrimSpace(raw)
+		var obj map[string]json.RawMessage
+		if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &obj) != nil || obj == nil {
+			t.Fatalf("accepted %q, which is not one JSON object", raw)
+		}
+		if v.Args != nil && !json.Valid(v.Args) {
+			t.Fatalf("args %q are not JSON", v.Args)
+		}
+	})
 }

@@ -3,12 +3,14 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/approval"
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
@@ -41,7 +43,8 @@ that gave up (approval_required) succeeds when retried with the same arguments, 
 		}
 		ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 		m, err := approval.New(approval.Options{Store: st, Events: store.EventLog(st), TTL: ttl,
-			ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval})
+			ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval,
+			Redactor: credentialRedactor(cfg)})
 		if err != nil {
 			st.Close()
 			return nil, nil, nil, failure("%v", err)
@@ -75,9 +78,9 @@ that gave up (approval_required) succeeds when retried with the same arguments, 
 				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tPRINCIPAL\tTOOL\tARGS HASH\tEXPIRES")
+			fmt.Fprintln(tw, "ID\tPRINCIPAL\tTOOL\tARGS HASH\tEXPIRES\tARGUMENTS (redacted)")
 			for _, a := range as {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\n", a.ID, a.Principal, a.ToolID, a.ArgsHash[:12], a.ExpiresAt.UTC().Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", a.ID, a.Principal, a.ToolID, a.ArgsHash[:12], a.ExpiresAt.UTC().Format(time.RFC3339), oneLine(a.ArgsSummary))
 			}
 			return tw.Flush()
 		},
@@ -113,4 +116,32 @@ that gave up (approval_required) succeeds when retried with the same arguments, 
 	}
 	cmd.AddCommand(list, resolve(true), resolve(false))
 	return cmd
+}
+
+// oneLine is s with line breaks and tabs shown as spaces, for a table
+// cell ("-" when empty).
+func oneLine(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// credentialRedactor returns a redactor with every credential of cfg this
+// environment can resolve registered (SR-1), so that what a command writes
+// to the store (an approver's reason) is scrubbed of them as the gateway
+// would scrub it; credentials it cannot read are skipped.
+func credentialRedactor(cfg *config.Config) *audit.Redactor {
+	r := audit.NewRedactor()
+	for name, cr := range cfg.Credentials {
+		if v, err := cr.Resolve(name); err == nil {
+			r.AddSecret(name, v)
+		}
+	}
+	return r
 }

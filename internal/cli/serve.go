@@ -189,7 +189,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
 	approvals, err := approval.New(approval.Options{Store: st, Events: store.EventLog(st), TTL: ttl, Wait: wait,
 		ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval, Logger: logger,
-		BindingKey: bindingKey(key)})
+		BindingKey: bindingKey(key), Redactor: redactor})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -258,7 +258,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope})
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope})
 	if err != nil {
 		return failure("%v", err)
 	}

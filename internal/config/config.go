@@ -110,6 +110,10 @@ type Audit struct {
 	Durability string `yaml:"durability"` // sync (default)
 	Content    string `yaml:"content"`    // hash (default) | full
 	Retention  string `yaml:"retention"`  // e.g. 90d; empty keeps everything
+	// ReadersScope is the scope that lets a principal read every event of
+	// its tenant over the HTTP API (default toolgate:audit); without it a
+	// principal reads only its own calls' events.
+	ReadersScope string `yaml:"readers_scope"`
 }
 
 // Signing locates the Ed25519 receipt key.
@@ -632,6 +636,9 @@ func (c *Config) applyDefaults() {
 	if c.Audit.Content == "" {
 		c.Audit.Content = "hash"
 	}
+	if c.Audit.ReadersScope == "" {
+		c.Audit.ReadersScope = "toolgate:audit"
+	}
 	if c.Signing.KeyFile == "" {
 		c.Signing.KeyFile = "toolgate.key"
 	}
@@ -744,6 +751,9 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if !oneOf(c.Audit.Content, "hash", "full") {
 		add(at("audit", "content"), "audit.content %q: want hash or full", c.Audit.Content)
+	}
+	if strings.TrimSpace(c.Audit.ReadersScope) != c.Audit.ReadersScope || strings.ContainsAny(c.Audit.ReadersScope, " \t\r\n") {
+		add(at("audit", "readers_scope"), "audit.readers_scope %q: a scope is one word without spaces", c.Audit.ReadersScope)
 	}
 	if c.Audit.Retention != "" && !validDuration(c.Audit.Retention) {
 		add(at("audit", "retention"), "audit.retention %q: want a duration such as 90d or 720h", c.Audit.Retention)

@@ -269,3 +269,20 @@ func TestToolsValidateArgs(t *testing.T) {
 		t.Fatalf("a non-boolean validate_args: %v", err)
 	}
 }
+
+// audit.readers_scope (issue 12 point 7) defaults to toolgate:audit; a
+// value with spaces is an issue located at its line.
+func TestAuditReadersScope(t *testing.T) {
+	cfg, err := Parse("min.yaml", []byte("listen: 127.0.0.1:9999\n"))
+	if err != nil || cfg.Audit.ReadersScope != "toolgate:audit" {
+		t.Fatalf("default readers_scope: %+v %v", cfg, err)
+	}
+	cfg, err = Parse("ok.yaml", []byte("audit: {readers_scope: \"acme:audit\"}\n"))
+	if err != nil || cfg.Audit.ReadersScope != "acme:audit" {
+		t.Fatalf("readers_scope: %+v %v", cfg, err)
+	}
+	_, err = Parse("bad.yaml", []byte("listen: 127.0.0.1:9999\naudit:\n  readers_scope: \"two words\"\n"))
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml:3:`) || !strings.Contains(err.Error(), "audit.readers_scope") {
+		t.Fatalf("a readers_scope with a space: %v", err)
+	}
+}

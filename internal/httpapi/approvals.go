@@ -10,18 +10,21 @@ import (
 )
 
 // ApprovalView is one approval on the wire (GET /v1/approvals and the
-// approve/deny answers): content-free (the argsHash, never the arguments).
+// approve/deny answers): the argsHash and what the approver decides on,
+// argsSummary, the SR-1-redacted arguments cut short (never the raw
+// arguments; omitted for an approval stored without one).
 type ApprovalView struct {
-	ID         string `json:"id"`
-	Principal  string `json:"principal"`
-	ToolID     string `json:"toolId"`
-	ArgsHash   string `json:"argsHash"`
-	Status     string `json:"status"`
-	CreatedAt  string `json:"createdAt"`
-	ExpiresAt  string `json:"expiresAt,omitempty"`
-	ResolvedBy string `json:"resolvedBy,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	ResolvedAt string `json:"resolvedAt,omitempty"`
+	ID          string `json:"id"`
+	Principal   string `json:"principal"`
+	ToolID      string `json:"toolId"`
+	ArgsHash    string `json:"argsHash"`
+	ArgsSummary string `json:"argsSummary,omitempty"`
+	Status      string `json:"status"`
+	CreatedAt   string `json:"createdAt"`
+	ExpiresAt   string `json:"expiresAt,omitempty"`
+	ResolvedBy  string `json:"resolvedBy,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	ResolvedAt  string `json:"resolvedAt,omitempty"`
 }
 
 func approvalView(a *store.Approval) ApprovalView {
@@ -31,7 +34,7 @@ func approvalView(a *store.Approval) ApprovalView {
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	}
-	return ApprovalView{ID: a.ID, Principal: a.Principal, ToolID: a.ToolID, ArgsHash: a.ArgsHash, Status: string(a.Status),
+	return ApprovalView{ID: a.ID, Principal: a.Principal, ToolID: a.ToolID, ArgsHash: a.ArgsHash, ArgsSummary: a.ArgsSummary, Status: string(a.Status),
 		CreatedAt: ts(a.CreatedAt), ExpiresAt: ts(a.ExpiresAt), ResolvedBy: a.ResolvedBy, Reason: a.Reason, ResolvedAt: ts(a.ResolvedAt)}
 }
 

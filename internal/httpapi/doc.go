@@ -21,8 +21,10 @@
 //	GET  /v1/tools[?source=]                     descriptors the caller may invoke, bare array sorted by toolId
 //	GET  /v1/tools/{toolId}                      one descriptor; 404 alike for unknown and not visible
 //	POST /v1/calls                               {toolId, args, runId?, agentId?, parentCallId?} → CallResponse
-//	GET  /v1/runs/{runId}/events[?type=&after=]  the run's events by sequence (tenant-scoped)
+//	GET  /v1/runs/{runId}/events[?type=&after=]  the run's events by sequence (the caller's own, see below)
 //	GET  /v1/events/stream                       SSE (id = cursor; Last-Event-ID resumes)
+//	GET  /v1/approvals[?status=]                 the approval inbox, with each argument summary
+//	POST /v1/approvals/{id}/approve|deny         resolve an approval (approvers only)
 //	POST /v1/policy/explain                      {principal?, toolId, args?} → decision, rule, layer, reason
 //	POST /v1/host/sample/toolhooks/invoke        seam (Options.TestSeams only)
 //	POST /v1/host/sample/tools/session-run       seam
@@ -57,7 +59,11 @@
 //
 // A principal's tenant scopes everything it reads: events and runs are
 // stored per (tenant, runId) and read with the caller's tenant only, so
-// another tenant's run answers 404. Tools carry no tenant; a deployment
+// another tenant's run answers 404. Within a tenant, a principal reads the
+// events of its own calls (audit.Event.Principal), and a holder of
+// Options.AuditScope (toolgate:audit) every principal's: a run with none
+// of the caller's events answers 404 like an unknown one. Tools carry no
+// tenant; a deployment
 // scopes tools to tenants in the policy, with conditions on
 // principal.tenant (rule `{id: acme-crm, effect: allow, tools:
 // ["mcp:crm.*"], when: 'principal.tenant == "acme"'}`). Under the default

@@ -44,6 +44,7 @@ var principals = []struct {
 	{"root", "a", []string{"toolgate:admin", "notes:read"}},
 	{"erin", "a", []string{"notes:write", "notes:read"}},
 	{"dave", "a", []string{"toolgate:approve"}},
+	{"audra", "a", []string{"notes:read", "toolgate:audit"}}, // reads every principal's events of tenant a
 }
 
 // serveConfig is the configuration of the running server (%s: the
@@ -274,13 +275,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // startUpstream serves an MCP server over Streamable HTTP on 127.0.0.1 with
 // the tools the configuration classifies: echo, fail (an isError result),
-// write, limited, a_notes and b_notes.
+// write, limited, a_notes, b_notes and login (echoes its apiKey argument,
+// in an isError result when fail is set).
 func startUpstream(t *testing.T) string {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	type textIn struct {
-		Text string  `json:"text,omitempty"`
-		N    float64 `json:"n,omitempty"`
+		Text     string  `json:"text,omitempty"`
+		N        float64 `json:"n,omitempty"`
+		Password string  `json:"password,omitempty"` // a credential-named argument (key-name redaction)
 	}
 	type textOut struct {
 		Text string `json:"text"`
@@ -294,6 +297,17 @@ func startUpstream(t *testing.T) string {
 	mcp.AddTool(srv, &mcp.Tool{Name: "fail", Description: "always fails"},
 		func(context.Context, *mcp.CallToolRequest, textIn) (*mcp.CallToolResult, textOut, error) {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "upstream tool failed on purpose"}}}, textOut{}, nil
+		})
+	type loginIn struct {
+		APIKey string `json:"apiKey"`
+		Fail   bool   `json:"fail,omitempty"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "login", Description: "echoes its apiKey, in an error when fail is set"},
+		func(_ context.Context, _ *mcp.CallToolRequest, in loginIn) (*mcp.CallToolResult, textOut, error) {
+			if in.Fail {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "login failed: key " + in.APIKey + " is not valid"}}}, textOut{}, nil
+			}
+			return nil, textOut{Text: "logged in with " + in.APIKey}, nil
 		})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	hs := httptest.NewServer(h)
@@ -391,6 +405,9 @@ func checkEvent(t *testing.T, where string, raw []byte) {
 	}
 	json.Unmarshal(raw, &ev)
 	def, ok := payloadDefs[ev.Type]
+	if !ok && strings.HasPrefix(ev.Type, "toolgate.approval.") {
+		return // toolgate's vendor events: no payload schema in OpenWOP
+	}
 	if !ok {
 		t.Errorf("%s: unexpected event type %q", where, ev.Type)
 		return

@@ -22,6 +22,10 @@ import (
 // and see the per-rule trace of an explanation.
 const AdminScope = "toolgate:admin"
 
+// DefaultAuditScope is the scope that lets a principal read every event of
+// its tenant when Options.AuditScope is "" (config audit.readers_scope).
+const DefaultAuditScope = "toolgate:audit"
+
 // DefaultMaxBodyBytes bounds a request body when Options.MaxBodyBytes is 0
 // (4 MiB, the same default as the MCP endpoint).
 const DefaultMaxBodyBytes = 4 << 20
@@ -92,6 +96,11 @@ type Options struct {
 	// approvals (approving needs it too; Approvals checks). Default
 	// "toolgate:approve".
 	ApproversScope string
+	// AuditScope is the scope that lets a caller read every event of its
+	// tenant (GET /v1/runs/{runId}/events, GET /v1/events/stream and the
+	// event-log seam); without it a caller reads only its own events (see
+	// eventFilter). Default DefaultAuditScope.
+	AuditScope string
 }
 
 // Approvals is the approval inbox the HTTP surface serves;
@@ -142,6 +151,9 @@ func New(opts Options) (*Handler, error) {
 	}
 	if opts.ApproversScope == "" {
 		opts.ApproversScope = "toolgate:approve"
+	}
+	if opts.AuditScope == "" {
+		opts.AuditScope = DefaultAuditScope
 	}
 	log := opts.Logger
 	if log == nil {

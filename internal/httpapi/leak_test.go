@@ -10,8 +10,9 @@ import (
 // and is hidden from her, with runId probe1: 404 like an unknown tool. The
 // refusal is recorded, yet GET /v1/runs/probe1/events answers her exactly
 // as a run never written, the event-log seam shows her nothing, and her
-// stream does not deliver it; alice (tenant a, notes:read), who may see the
-// tool, reads the refusal by every door.
+// stream does not deliver it; audra (tenant a, notes:read and the audit
+// scope toolgate:audit), who may see the tool and read every principal's
+// events, reads the refusal by every door.
 func TestHiddenToolEventsNotDisclosed(t *testing.T) {
 	s := startServe(t, true)
 	if r := s.do(t, "carol", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.a_notes", "runId": "probe1"}); r.status != 404 {
@@ -41,15 +42,15 @@ func TestHiddenToolEventsNotDisclosed(t *testing.T) {
 			t.Fatalf("carol's stream delivered %s of probe1: %v", e.typ, e.payload)
 		}
 	}
-	evs := runEvents(t, s, "alice", "probe1")
+	evs := runEvents(t, s, "audra", "probe1")
 	if len(evs) != 2 || evs[1].Payload["toolName"] != "mcp:up.a_notes" || evs[1].Payload["status"] != "forbidden" {
-		t.Errorf("alice reads probe1: %+v", evs)
+		t.Errorf("audra reads probe1: %+v", evs)
 	}
-	if r := s.do(t, "alice", "GET", "/v1/host/sample/test/runs/probe1/events", nil); r.status != 200 || !strings.Contains(string(r.body), `"status":"forbidden"`) {
-		t.Errorf("alice's seam read of probe1: %d %s", r.status, r.body)
+	if r := s.do(t, "audra", "GET", "/v1/host/sample/test/runs/probe1/events", nil); r.status != 200 || !strings.Contains(string(r.body), `"status":"forbidden"`) {
+		t.Errorf("audra's seam read of probe1: %d %s", r.status, r.body)
 	}
-	got := readStream(t, s, "alice", "/v1/events/stream?from=start&runId=probe1", "", func(g []streamed) bool { return len(g) >= 2 })
+	got := readStream(t, s, "audra", "/v1/events/stream?from=start&runId=probe1", "", func(g []streamed) bool { return len(g) >= 2 })
 	if got[0].runID != "probe1" || got[1].payload["status"] != "forbidden" {
-		t.Errorf("alice's stream of probe1: %+v", got)
+		t.Errorf("audra's stream of probe1: %+v", got)
 	}
 }

@@ -90,7 +90,10 @@ func seamTool(fail bool) pipeline.Invoker {
 
 // seamPipeline returns a pipeline over the one synthetic tool
 // native:<name> requiring scopes, writing to the gate's stores.
-func (h *Handler) seamPipeline(name string, scopes []string, limiter ratelimit.Limiter, fail bool) (*pipeline.Pipeline, string, error) {
+//
+// The events it records belong to owner, the seam's caller, whatever
+// principal the call simulates: the caller reads them back.
+func (h *Handler) seamPipeline(owner policy.Principal, name string, scopes []string, limiter ratelimit.Limiter, fail bool) (*pipeline.Pipeline, string, error) {
 	name = strings.TrimPrefix(name, "native:")
 	id := catalog.NativeToolID(name)
 	d := catalog.ToolDescriptor{ToolID: id, Source: catalog.SourceHostExtension, SafetyTier: catalog.TierPure,
@@ -108,13 +111,27 @@ func (h *Handler) seamPipeline(name string, scopes []string, limiter ratelimit.L
 		msg = scrubEchoes(msg, append([]string{name, id}, scopes...)...)
 		return nil, "", invalid("toolName", "toolName %q / requiredScopes are not usable: %s", clip(name), msg)
 	}
-	p, err := pipeline.New(pipeline.Options{Limiter: limiter, Redactor: h.pipe.Redactor(), Events: store.EventLog(h.events),
+	p, err := pipeline.New(pipeline.Options{Limiter: limiter, Redactor: h.pipe.Redactor(), Events: ownedLog{store.EventLog(h.events), owner.ID},
 		Receipts: h.opts.Receipts, AuditContent: h.opts.AuditContent, Logger: h.log})
 	if err != nil {
 		return nil, "", err
 	}
 	p.Swap(&pipeline.State{Catalog: snap, Policy: h.seamPolicy, Invokers: map[string]pipeline.Invoker{id: seamTool(fail)}})
 	return p, id, nil
+}
+
+// ownedLog appends events as belonging to principal (audit.Event.Principal).
+type ownedLog struct {
+	audit.Log
+	principal string
+}
+
+// Append sets each event's Principal, then appends them.
+func (l ownedLog) Append(ctx context.Context, events ...*audit.Event) error {
+	for _, ev := range events {
+		ev.Principal = l.principal
+	}
+	return l.Log.Append(ctx, events...)
 }
 
 // InvokeRequest is the body of POST /v1/host/sample/toolhooks/invoke
@@ -178,7 +195,7 @@ func (h *Handler) seamInvoke(w http.ResponseWriter, r *http.Request, caller poli
 	if req.SimulateRateLimitExhausted {
 		limiter = exhausted{}
 	}
-	sp, id, err := h.seamPipeline(req.ToolName, req.RequiredScopes, limiter, req.SimulateToolError)
+	sp, id, err := h.seamPipeline(caller, req.ToolName, req.RequiredScopes, limiter, req.SimulateToolError)
 	if err != nil {
 		return err
 	}
@@ -259,7 +276,7 @@ func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller 
 	}
 	pipe, toolID := h.pipe, req.ToolID
 	if toolID == "" {
-		sp, id, err := h.seamPipeline(probeTool, nil, h.seamLimiter.Load(), false)
+		sp, id, err := h.seamPipeline(caller, probeTool, nil, h.seamLimiter.Load(), false)
 		if err != nil {
 			return err
 		}
@@ -276,7 +293,7 @@ func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller 
 	}
 	runID, sessionID := newID("run_"), newID("tses_")
 	rec := context.WithoutCancel(r.Context())
-	if err := h.openSession(rec, caller.Tenant, runID, sessionID, toolID); err != nil {
+	if err := h.openSession(rec, caller, runID, sessionID, toolID); err != nil {
 		return err
 	}
 	res, callErr := pipe.Call(r.Context(), pipeline.Call{Tool: toolID, Args: args, Principal: caller,
@@ -285,7 +302,7 @@ func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller 
 	if callErr != nil || res.Status != audit.StatusOK {
 		outcome = audit.SessionFailed
 	}
-	if err := h.closeSession(rec, caller.Tenant, runID, sessionID, toolID, outcome); err != nil {
+	if err := h.closeSession(rec, caller, runID, sessionID, toolID, outcome); err != nil {
 		return err
 	}
 	if callErr != nil {
@@ -297,7 +314,8 @@ func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller 
 
 // openSession records tool.session.opened (RFC 0078 §D) in run runID and,
 // with Options.Sessions, the open session.
-func (h *Handler) openSession(ctx context.Context, tenant, runID, sessionID, toolID string) error {
+func (h *Handler) openSession(ctx context.Context, caller policy.Principal, runID, sessionID, toolID string) error {
+	tenant := caller.Tenant
 	now := time.Now()
 	if s := h.opts.Sessions; s != nil {
 		if err := s.OpenSession(ctx, &store.Session{SessionID: sessionID, Tenant: tenant, RunID: runID, ToolID: toolID, OpenedAt: now}); err != nil {
@@ -308,13 +326,14 @@ func (h *Handler) openSession(ctx context.Context, tenant, runID, sessionID, too
 	if err != nil {
 		return err
 	}
-	ev.Tenant = tenant
+	ev.Tenant, ev.Principal = tenant, caller.ID
 	return h.events.AppendEvents(ctx, ev)
 }
 
 // closeSession records tool.session.closed with outcome (completed or
 // failed) and closes the stored session.
-func (h *Handler) closeSession(ctx context.Context, tenant, runID, sessionID, toolID, outcome string) error {
+func (h *Handler) closeSession(ctx context.Context, caller policy.Principal, runID, sessionID, toolID, outcome string) error {
+	tenant := caller.Tenant
 	now := time.Now()
 	p, err := audit.NewSessionClosed(sessionID, toolID, outcome)
 	if err != nil {
@@ -324,7 +343,7 @@ func (h *Handler) closeSession(ctx context.Context, tenant, runID, sessionID, to
 	if err != nil {
 		return err
 	}
-	ev.Tenant = tenant
+	ev.Tenant, ev.Principal = tenant, caller.ID
 	if err := h.events.AppendEvents(ctx, ev); err != nil {
 		return err
 	}

@@ -20,8 +20,14 @@ import (
 // would tell a hidden tool from an unknown one, which the 404 of POST
 // /v1/calls does not.
 //
-// An event is shown iff every tool its payload names is visible to the
-// reader. The payload names a tool through its top-level string members
+// An event is shown iff it belongs to the reader (audit.Event.Principal is
+// the reader's id) or the reader holds Options.AuditScope (then every
+// event of its tenant counts, including those of no principal), and every
+// tool its payload names is visible to the reader. Other principals'
+// events are skipped wherever the reads page or stream: a run holding
+// none of the reader's events answers 404 like an unknown run, and the
+// SSE stream sends neither their data nor their ids (cursors), so that
+// resuming never reveals them either. The payload names a tool through its top-level string members
 // toolName (agent.toolCalled, agent.toolReturned) and toolId (tool.session.*,
 // toolgate.approval.*, and the optional catalog id of agent.toolCalled):
 //
@@ -44,6 +50,7 @@ import (
 type eventFilter struct {
 	h       *Handler
 	p       policy.Principal
+	all     bool // the reader holds Options.AuditScope: every principal's events
 	state   *pipeline.State
 	tools   map[string]struct{} // visible canonical toolIds
 	servers map[string]struct{} // upstream servers with at least one visible tool
@@ -51,7 +58,7 @@ type eventFilter struct {
 
 // newEventFilter returns the filter of reader p, computed now.
 func (h *Handler) newEventFilter(ctx context.Context, p policy.Principal) *eventFilter {
-	f := &eventFilter{h: h, p: p}
+	f := &eventFilter{h: h, p: p, all: hasScope(p, h.opts.AuditScope)}
 	f.refresh(ctx)
 	return f
 }
@@ -79,6 +86,9 @@ func (f *eventFilter) refresh(ctx context.Context) {
 
 // visible reports whether the reader may see ev (see eventFilter).
 func (f *eventFilter) visible(ev *audit.Event) bool {
+	if !f.all && ev.Principal != f.p.ID {
+		return false
+	}
 	names, ok := payloadTools(ev.Payload)
 	if !ok {
 		return false

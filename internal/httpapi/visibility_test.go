@@ -19,8 +19,10 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// visFixture is newFixture with two principals of tenant a, alice (scope
-// files:read) and bob (no scope), and a catalog of mcp:up.read_file (needs
+// visFixture is newFixture with two principals of tenant a, alice (scopes
+// files:read and toolgate:audit: she reads every principal's events, of
+// the tools she may see) and bob (no scope: he reads his own events), and
+// a catalog of mcp:up.read_file (needs
 // files:read, so hidden from bob), mcp:open.ping and native:echo (visible to
 // both), every tool allowed by the policy.
 type visFixture struct {
@@ -31,7 +33,7 @@ type visFixture struct {
 func newVisFixture(t *testing.T, seams bool) *visFixture {
 	t.Helper()
 	a, err := auth.New(context.Background(), config.Auth{APIKeys: []config.APIKey{
-		{ID: "alice", Tenant: "a", KeySHA256: auth.HashKey("k-alice"), Scopes: []string{"files:read"}},
+		{ID: "alice", Tenant: "a", KeySHA256: auth.HashKey("k-alice"), Scopes: []string{"files:read", DefaultAuditScope}},
 		{ID: "bob", Tenant: "a", KeySHA256: auth.HashKey("k-bob")},
 	}}, auth.Options{})
 	if err != nil {
@@ -84,14 +86,15 @@ func (f *visFixture) call(t *testing.T, key, tool, run string) int {
 	return resp.StatusCode
 }
 
-// append stores one event of type typ with payload in tenant a's run.
+// append stores one event of bob's of type typ with payload in tenant a's
+// run.
 func (f *visFixture) append(t *testing.T, run, typ string, payload any) {
 	t.Helper()
 	ev, err := audit.NewEvent(run, typ, payload, "", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.Tenant = "a"
+	ev.Tenant, ev.Principal = "a", "bob"
 	if err := f.h.events.AppendEvents(context.Background(), ev); err != nil {
 		t.Fatal(err)
 	}
@@ -330,19 +333,19 @@ func TestSeamToolEventsVisible(t *testing.T) {
 }
 
 // TestStreamFollowsPolicySwap: the stream's visible set is recomputed when
-// the pipeline state is swapped: once mcp:up.read_file needs no scope, its
-// events reach bob's open stream.
+// the pipeline state is swapped: once mcp:up.read_file needs no scope, the
+// events of bob's calls of it reach his open stream.
 func TestStreamFollowsPolicySwap(t *testing.T) {
 	f := newVisFixture(t, false)
 	next, stop := f.openStream(t, "k-bob", "type=agent.toolReturned")
 	defer stop()
-	f.call(t, "k-alice", "mcp:up.read_file", "before-swap")
+	f.call(t, "k-bob", "mcp:up.read_file", "before-swap") // hidden: refused, recorded
 	f.call(t, "k-bob", "native:echo", "sentinel")
 	if e := next(); e.ev.RunID != "sentinel" {
 		t.Fatalf("before the swap bob's stream delivered %s", e.ev.RunID)
 	}
 	f.swap(t, nil)
-	f.call(t, "k-alice", "mcp:up.read_file", "after-swap")
+	f.call(t, "k-bob", "mcp:up.read_file", "after-swap")
 	if e := next(); e.ev.RunID != "after-swap" {
 		t.Fatalf("after the swap bob's stream delivered %s, want after-swap", e.ev.RunID)
 	}

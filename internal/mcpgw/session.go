@@ -434,7 +434,7 @@ func (ds *dsession) sessionOpened(server string) {
 	}
 	if g.opts.Events != nil {
 		if ev, err := audit.NewEvent(ds.id, audit.TypeSessionOpened, audit.SessionOpened{SessionID: sid, ToolID: toolID}, "", now); err == nil {
-			ev.Tenant = ds.principal.Tenant
+			ev.Tenant, ev.Principal = ds.principal.Tenant, ds.principal.ID
 			if err := g.opts.Events.Append(ctx, ev); err != nil {
 				g.log.Error("recording tool.session.opened", "err", err)
 			}
@@ -479,7 +479,7 @@ func (ds *dsession) doClose(outcome string) {
 				continue
 			}
 			if ev, err := audit.NewEvent(ds.id, audit.TypeSessionClosed, p, "", now); err == nil {
-				ev.Tenant = ds.principal.Tenant
+				ev.Tenant, ev.Principal = ds.principal.Tenant, ds.principal.ID
 				if err := g.opts.Events.Append(ctx, ev); err != nil {
 					g.log.Error("recording tool.session.closed", "err", err)
 				}

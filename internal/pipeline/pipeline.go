@@ -6,9 +6,18 @@
 //
 // The order of a call (DESIGN.md):
 //
-//	resolve (canonical toolId) → decide (policy) → rate limit → before-hooks
-//	→ re-decide if a hook changed the arguments → agent.toolCalled (durable)
-//	→ invoke → after/error hooks → agent.toolReturned + receipt (durable) → result
+//	resolve (canonical toolId) → decide (policy) → approval → rate limit
+//	→ before-hooks → re-decide (and, for require_approval, an approval of
+//	the new arguments) if a hook changed the arguments → agent.toolCalled
+//	(durable) → invoke → after/error hooks → agent.toolReturned + receipt
+//	(durable) → result
+//
+// Everything a call records (error messages and details, an isError
+// result, the recorded result under audit content "full", log lines) is
+// redacted with the gateway's redactor plus the values the key-name rule
+// removed from the call's arguments (audit.Redactor.WithValues), and the
+// identifiers a caller chose (runId, agentId, callId, parentCallId) with
+// audit.Redactor.RedactID.
 //
 // MCP resources, prompts and completions run the same sequence on a Target
 // (Call.Target: mcp:<server>/resource, mcp:<server>#<prompt>), and
@@ -457,6 +466,22 @@ type callState struct {
 	approved string          // the approval this call consumed, if any
 	target   *Target         // c.Target
 	tfacts   policy.Tool     // the policy facts of target
+	// approvedArgs are the arguments the approval was bound to.
+	approvedArgs json.RawMessage
+	// red redacts the call's records: the gateway's redactor plus the
+	// values the arguments' redaction removed (audit.Redactor.WithValues).
+	red *audit.Redactor
+}
+
+// sameJSON reports whether a and b are the same JSON text once
+// insignificant whitespace is removed (what an approval's argument binding
+// compares).
+func sameJSON(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 // facts is the policy's view of the call's tool (or target).
@@ -533,6 +558,11 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errcode.Wrap(errcode.Cancelled, err, "the call was cancelled before it started")
 	}
+	// Identifiers the caller chose are written to every record: scrub
+	// them of credentials first (the limits apply to what is written).
+	for _, id := range []*string{&call.CallID, &call.RunID, &call.AgentID, &call.ParentCallID} {
+		*id = p.opts.Redactor.RedactID(*id)
+	}
 	if err := validateIDs(&call); err != nil {
 		return nil, err
 	}
@@ -572,16 +602,10 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	// the arguments must also be an object (MCP tools/call
 	// params.arguments). When a rule reads args, the same parse decodes
 	// them (unredacted) for the policy.
-	var (
-		h       string
-		argsMap map[string]any
-	)
+	// The values the key-name rule removed from the arguments are
+	// redacted from everything this call records (a tool may echo them).
 	usesArgs := st.Policy.UsesArgs(res.ToolID)
-	if usesArgs {
-		h, argsMap, err = p.opts.Redactor.ArgsHashDecode(args)
-	} else {
-		h, err = p.opts.Redactor.ArgsHash(args)
-	}
+	h, argsMap, removed, err := p.opts.Redactor.ArgsHashRemoved(args, usesArgs)
 	if err != nil {
 		return res, errcode.Errorf(errcode.InvalidArgument, "arguments must be a JSON object: %s", errcode.As(err).Message)
 	}
@@ -589,7 +613,8 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		return res, errcode.New(errcode.InvalidArgument, "arguments must be a JSON object")
 	}
 	res.RequestedArgsHash, res.ExecutedArgsHash = h, h
-	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now(), target: call.Target}
+	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now(), target: call.Target,
+		red: p.opts.Redactor.WithValues(audit.CallSecretID, removed)}
 	if cs.target != nil {
 		cs.tfacts = PolicyTool(&tool.Descriptor)
 	}
@@ -610,34 +635,8 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 			return p.refuse(rec, cs, audit.StatusError, e)
 		}
 	}
-	if res.Decision.Effect == policy.EffectRequireApproval && p.opts.Approver != nil {
-		b := approval.Binding{
-			Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: h,
-			RunID: c.RunID, CallID: c.CallID, RuleID: res.Decision.RuleID, Reason: res.Decision.Reason,
-			Approver: res.Decision.Approver, Args: args,
-		}
-		if b.Approver != "" {
-			if red, err := p.opts.Redactor.RedactJSON(args); err == nil {
-				b.ArgsSummary = summarize(red, 400)
-			}
-		}
-		id, e := p.opts.Approver.Await(ctx, b)
-		if e != nil {
-			// The refusal's receipt names the approval it waits for.
-			if pending, ok := e.Details["approvalId"].(string); ok {
-				res.ApprovalID = pending
-			}
-			return p.refuse(rec, cs, audit.StatusForbidden, e)
-		}
-		// At dispatch the decision runs again on the policy in force now:
-		// a policy change while the call waited refuses it.
-		cs.st = p.state.Load()
-		if _, ok := cs.st.facts[res.ToolID]; !ok && cs.target == nil {
-			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Errorf(errcode.Forbidden, "%s was removed while the call waited for approval", res.ToolID).
-				WithDetails(map[string]any{"scope": "tool", "toolName": res.ToolID, "approvalId": id}))
-		}
-		res.Decision = p.decide(ctx, cs)
-		cs.approved, res.ApprovalID = id, id
+	if e := p.awaitApproval(ctx, cs); e != nil {
+		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
 	if e := p.refusal(ctx, cs); e != nil {
 		return p.refuse(rec, cs, audit.StatusForbidden, e)
@@ -661,7 +660,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 	if pr, ok := cs.invoker().(Preparer); ok {
 		if err := pr.Prepare(ctx, tool); err != nil {
-			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", p.opts.Redactor.RedactString(err.Error()))
+			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
 		}
 	}
 	// agent.toolCalled is durable before the tool runs.
@@ -671,11 +670,51 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 	f.events = [2]*audit.Event{called}
 	if err := p.appendEvents(rec, f, 1); err != nil {
-		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", p.opts.Redactor.RedactString(err.Error()))
-		return p.unrecorded(res, err)
+		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", cs.red.RedactString(err.Error()))
+		return p.unrecorded(cs, err)
 	}
 	cs.called = called
 	return p.invoke(ctx, cs)
+}
+
+// awaitApproval makes a call whose decision is require_approval wait for an
+// approval bound to its current arguments (cs.args, hash
+// cs.res.ExecutedArgsHash), when there is an Approver: on success the call
+// has consumed that approval (cs.approved, res.ApprovalID) and its
+// decision has run again on the policy in force now (a policy change while
+// it waited refuses it). It returns the refusal to record, or nil (also for
+// any other decision, left to refusal).
+func (p *Pipeline) awaitApproval(ctx context.Context, cs *callState) *errcode.Error {
+	res, c := cs.res, &cs.c
+	if res.Decision.Effect != policy.EffectRequireApproval || p.opts.Approver == nil {
+		return nil
+	}
+	b := approval.Binding{
+		Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID, ArgsHash: res.ExecutedArgsHash,
+		RunID: c.RunID, CallID: c.CallID, RuleID: res.Decision.RuleID, Reason: res.Decision.Reason,
+		Approver: res.Decision.Approver, Args: cs.args,
+	}
+	if red, err := cs.red.RedactJSON(cs.args); err == nil {
+		b.ArgsSummary = summarize(red, approval.MaxArgsSummary)
+	}
+	id, e := p.opts.Approver.Await(ctx, b)
+	if e != nil {
+		// The refusal's receipt names the approval it waits for.
+		if pending, ok := e.Details["approvalId"].(string); ok {
+			res.ApprovalID = pending
+		}
+		return e
+	}
+	// At dispatch the decision runs again on the policy in force now: a
+	// policy change while the call waited refuses it.
+	cs.st = p.state.Load()
+	if _, ok := cs.st.facts[res.ToolID]; !ok && cs.target == nil {
+		return errcode.Errorf(errcode.Forbidden, "%s was removed while the call waited for approval", res.ToolID).
+			WithDetails(map[string]any{"scope": "tool", "toolName": res.ToolID, "approvalId": id})
+	}
+	res.Decision = p.decide(ctx, cs)
+	cs.approved, cs.approvedArgs, res.ApprovalID = id, cs.args, id
+	return nil
 }
 
 // decide runs the policy on the current arguments.
@@ -752,12 +791,12 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 		v, err := runHook(ctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
 		if reg.Mode == hook.Observe {
 			if err != nil {
-				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", p.opts.Redactor.RedactString(err.Error()))
+				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
 			}
 			continue
 		}
 		if err != nil {
-			return errcode.Errorf(errcode.Forbidden, "hook %s failed (fail closed): %s", reg.Name, p.opts.Redactor.RedactString(err.Error())).
+			return errcode.Errorf(errcode.Forbidden, "hook %s failed (fail closed): %s", reg.Name, cs.red.RedactString(err.Error())).
 				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 		}
 		if v.Deny {
@@ -765,7 +804,7 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 			if reason == "" {
 				reason = "no reason given"
 			}
-			return errcode.Errorf(errcode.Forbidden, "hook %s denied the call: %s", reg.Name, p.opts.Redactor.RedactString(reason)).
+			return errcode.Errorf(errcode.Forbidden, "hook %s denied the call: %s", reg.Name, cs.red.RedactString(reason)).
 				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 		}
 		if v.Args == nil {
@@ -779,7 +818,7 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 		if err != nil {
 			return errcode.Errorf(errcode.Forbidden, "hook %s returned invalid arguments: %s", reg.Name, err.Error())
 		}
-		h, err := p.opts.Redactor.ArgsHash(v.Args)
+		h, _, removed, err := p.opts.Redactor.ArgsHashRemoved(v.Args, false)
 		if err != nil {
 			return errcode.Errorf(errcode.Forbidden, "hook %s returned invalid arguments: %s", reg.Name, err.Error())
 		}
@@ -788,12 +827,24 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 			return errcode.Errorf(errcode.Forbidden, "hook %s returned arguments that do not match the tool's inputSchema: %s", reg.Name, e.Message).
 				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 		}
+		cs.red = cs.red.WithValues(audit.CallSecretID, removed)
 		cs.args, cs.argsMap = v.Args, m
 		cs.hookCall.Args, cs.hookCall.ArgsHash = v.Args, h
 		cs.res.ExecutedArgsHash = h
 		cs.res.MutationSource = "hook:" + reg.Name
-		// The decision runs again on the new arguments.
+		// The decision runs again on the new arguments. An approval covers
+		// exactly the arguments it was given: changed arguments whose
+		// decision is require_approval need their own (the call waits for
+		// it, or is refused with approval_required and its id).
+		if cs.approved != "" && !sameJSON(cs.approvedArgs, v.Args) {
+			cs.approved, cs.approvedArgs = "", nil
+		}
 		cs.res.Decision = p.decide(ctx, cs)
+		if cs.approved == "" {
+			if e := p.awaitApproval(ctx, cs); e != nil {
+				return e
+			}
+		}
 		if e := p.refusal(ctx, cs); e != nil {
 			return e
 		}
@@ -843,7 +894,7 @@ func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
 		p.wouldDeny.Add(1)
 	}
 	if p.opts.AuditContent == "full" {
-		if red, err := p.opts.Redactor.RedactJSON(cs.args); err == nil {
+		if red, err := cs.red.RedactJSON(cs.args); err == nil {
 			tc.Inputs = red
 		}
 	}
@@ -851,7 +902,7 @@ func (p *Pipeline) calledEvent(cs *callState) (*audit.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev.Tenant = c.Principal.Tenant
+	ev.Tenant, ev.Principal = c.Principal.Tenant, c.Principal.ID
 	return ev, nil
 }
 
@@ -881,10 +932,10 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 	if err != nil {
 		return p.internal(res, err)
 	}
-	ret.Tenant = cs.c.Principal.Tenant
+	ret.Tenant, ret.Principal = cs.c.Principal.Tenant, cs.c.Principal.ID
 	cs.f.events = [2]*audit.Event{called, ret}
 	if err := p.recordOutcome(ctx, cs, 2); err != nil {
-		return p.unrecorded(res, err)
+		return p.unrecorded(cs, err)
 	}
 	return res, nil
 }
@@ -931,9 +982,14 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			}
 		}
 	} else {
-		e := p.toolError(err)
+		e := toolError(cs.red, err)
 		res.Status, res.Err = audit.StatusError, e
-		res.Output = out // e.g. an MCP isError result's content
+		// e.g. an MCP isError result's content: redacted like the error
+		// message (a result that does not redact is dropped).
+		res.Output = nil
+		if len(out) > 0 {
+			res.Output, _ = cs.red.RedactJSON(out)
+		}
 		if len(p.opts.Hooks) > 0 {
 			p.afterHooks(ctx, cs, &hook.Outcome{Status: "error", ErrorCode: string(e.Code), Error: e, DurationMs: res.DurationMs}, true)
 		}
@@ -943,7 +999,7 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if res.Status == audit.StatusOK {
 		var outcome json.RawMessage
 		if p.opts.AuditContent == "full" {
-			outcome, _ = p.opts.Redactor.RedactJSON(out)
+			outcome, _ = cs.red.RedactJSON(out)
 		}
 		tr = audit.ReturnedOK(ref, outcome, dur)
 	} else {
@@ -956,10 +1012,10 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if err != nil {
 		return p.internal(res, err)
 	}
-	ret.Tenant = cs.c.Principal.Tenant
+	ret.Tenant, ret.Principal = cs.c.Principal.Tenant, cs.c.Principal.ID
 	cs.f.events = [2]*audit.Event{ret}
 	if err := p.recordOutcome(cs.rec, cs, 1); err != nil {
-		return p.unrecorded(res, err)
+		return p.unrecorded(cs, err)
 	}
 	return res, nil
 }
@@ -1002,7 +1058,7 @@ var toolCodes = map[errcode.Code]bool{
 // *errcode.Error: a known tool code, a non-empty redacted message and
 // JSON-safe redacted details. It never panics, even on a typed-nil
 // *errcode.Error or an error whose Error method panics.
-func (p *Pipeline) toolError(err error) (e *errcode.Error) {
+func toolError(red *audit.Redactor, err error) (e *errcode.Error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e = errcode.Errorf(errcode.ToolExecutionFailed, "the tool returned an unprintable error (%T)", err)
@@ -1025,10 +1081,10 @@ func (p *Pipeline) toolError(err error) (e *errcode.Error) {
 	if msg == "" {
 		msg = "the tool failed without a message"
 	}
-	out := &errcode.Error{Code: code, Message: p.opts.Redactor.RedactString(msg)}
+	out := &errcode.Error{Code: code, Message: red.RedactString(msg)}
 	if len(details) > 0 {
 		if raw, err := json.Marshal(details); err == nil {
-			if red, err := p.opts.Redactor.RedactJSON(raw); err == nil {
+			if red, err := red.RedactJSON(raw); err == nil {
 				var m map[string]any
 				if json.Unmarshal(red, &m) == nil {
 					out.Details = m
@@ -1057,7 +1113,7 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 		if err == nil {
 			continue
 		}
-		msg := p.opts.Redactor.RedactString(err.Error())
+		msg := cs.red.RedactString(err.Error())
 		if reg.Mode == hook.Observe || onError {
 			p.opts.Logger.Warn("hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
 			continue
@@ -1117,9 +1173,10 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 
 // unrecorded answers a call whose audit record could not be written:
 // status error, code audit_unavailable (DESIGN.md decision 7).
-func (p *Pipeline) unrecorded(res *Result, err error) (*Result, error) {
+func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
+	res := cs.res
 	res.Status, res.Output = audit.StatusError, nil
-	res.Err = errcode.Errorf(errcode.AuditUnavailable, "the audit store could not record the call: %s", p.opts.Redactor.RedactString(err.Error()))
+	res.Err = errcode.Errorf(errcode.AuditUnavailable, "the audit store could not record the call: %s", cs.red.RedactString(err.Error()))
 	return res, nil
 }
 

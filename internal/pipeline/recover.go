@@ -62,7 +62,13 @@ func (p *Pipeline) closeInterrupted(ctx context.Context, called *audit.Event, tc
 	if err != nil {
 		return err
 	}
-	ret.Tenant = called.Tenant
+	// The outcome belongs to the call's principal (event reads are scoped
+	// to it); a call stored before events kept their principal names it
+	// in its payload.
+	ret.Tenant, ret.Principal = called.Tenant, called.Principal
+	if ret.Principal == "" {
+		ret.Principal = tc.Principal
+	}
 	f := new(frame)
 	res := &f.res
 	*res = Result{
@@ -70,7 +76,7 @@ func (p *Pipeline) closeInterrupted(ctx context.Context, called *audit.Event, tc
 		Decision:          policy.Decision{Effect: policy.EffectAllow},
 		RequestedArgsHash: tc.ArgsHash, ExecutedArgsHash: tc.ArgsHash,
 	}
-	cs := &callState{f: f, res: res, started: called.Timestamp, c: Call{
+	cs := &callState{f: f, res: res, started: called.Timestamp, red: p.opts.Redactor, c: Call{
 		Tool: tc.ToolName, CallID: tc.CallID, RunID: called.RunID, AgentID: tc.AgentID, ParentCallID: tc.ParentCallID,
 		Transport: catalog.Transport(tc.Transport), Principal: policy.Principal{ID: tc.Principal, Tenant: called.Tenant},
 	}}

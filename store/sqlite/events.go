@@ -11,7 +11,7 @@ import (
 )
 
 // eventCols are the columns scanEvent reads, in order.
-const eventCols = `pos, event_id, tenant, run_id, seq, type, ts, causation_id, schema_version, payload`
+const eventCols = `pos, event_id, tenant, run_id, seq, type, ts, causation_id, schema_version, payload, principal`
 
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
@@ -23,7 +23,7 @@ func scanEvent(sc scanner) (audit.Event, int64, error) {
 		pos int64
 		ts  string
 	)
-	if err := sc.Scan(&pos, &ev.EventID, &ev.Tenant, &ev.RunID, &ev.Sequence, &ev.Type, &ts, &ev.CausationID, &ev.SchemaVersion, &ev.Payload); err != nil {
+	if err := sc.Scan(&pos, &ev.EventID, &ev.Tenant, &ev.RunID, &ev.Sequence, &ev.Type, &ts, &ev.CausationID, &ev.SchemaVersion, &ev.Payload, &ev.Principal); err != nil {
 		return audit.Event{}, 0, err
 	}
 	t, err := parseTime(ts)

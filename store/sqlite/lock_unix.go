@@ -28,7 +28,7 @@ import (
 // opened or locked.
 func lockStore(path string) (*storeLock, error) {
 	name := realPath(path) + ".lock"
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openPrivate(name, os.O_RDWR)
 	if err != nil {
 		return nil, store.Unavailable("open store "+path+": lock file", err)
 	}
@@ -47,7 +47,7 @@ func lockStore(path string) (*storeLock, error) {
 	if _, err := f.WriteAt(line, 0); err == nil {
 		f.Truncate(int64(len(line)))
 	}
-	db, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
+	db, err := openPrivate(path, os.O_RDONLY)
 	if err != nil {
 		f.Close()
 		return nil, store.Unavailable("open store "+path, err)

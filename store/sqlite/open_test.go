@@ -34,8 +34,8 @@ func TestReopen(t *testing.T) {
 			t.Fatalf("round %d: Open: %v", round, err)
 		}
 		var n int
-		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
-			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 3 (0001-0003)", round, n, err)
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 5 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 5 (0001-0005)", round, n, err)
 		}
 		if round > 0 {
 			// A follower resuming with a cursor from before the restart
@@ -199,31 +199,36 @@ func TestMigrations(t *testing.T) {
 	}
 	defer conn.Close()
 	applied, err := migrate(ctx, conn, migrationFS)
-	if err != nil || !slices.Equal(applied, []int{1, 2, 3}) {
-		t.Fatalf("first migrate: %v, %v; want [1 2 3]", applied, err)
+	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5]", applied, err)
 	}
 	applied, err = migrate(ctx, conn, migrationFS)
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("second migrate: %v, %v; want none", applied, err)
 	}
 	// A later migration applies alone; a failing one applies nothing.
-	next := fstest.MapFS{
-		"migrations/0001_init.sql":      {Data: []byte("SELECT 1")},
-		"migrations/0002_retention.sql": {Data: []byte("SELECT 1")},
-		"migrations/0003_binding.sql":   {Data: []byte("SELECT 1")},
-		"migrations/0004_extra.sql":     {Data: []byte("CREATE TABLE extra (x INTEGER); CREATE INDEX extra_x ON extra (x);")},
+	shipped, err := loadMigrations(migrationFS)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if applied, err := migrate(ctx, conn, next); err != nil || !slices.Equal(applied, []int{4}) {
-		t.Fatalf("migrate 0004: %v, %v; want [4]", applied, err)
+	base := func() fstest.MapFS {
+		fs := fstest.MapFS{}
+		for _, m := range shipped {
+			fs["migrations/"+m.name+".sql"] = &fstest.MapFile{Data: []byte("SELECT 1")}
+		}
+		return fs
 	}
-	broken := fstest.MapFS{
-		"migrations/0001_init.sql":      {Data: []byte("SELECT 1")},
-		"migrations/0002_retention.sql": {Data: []byte("SELECT 1")},
-		"migrations/0003_binding.sql":   {Data: []byte("SELECT 1")},
-		"migrations/0004_extra.sql":     {Data: []byte("SELECT 1")},
-		"migrations/0005_good.sql":      {Data: []byte("CREATE TABLE good (x INTEGER)")},
-		"migrations/0006_bad.sql":       {Data: []byte("CREATE TABLE bad (x INTEGER); THIS IS NOT SQL")},
+	n0 := len(shipped)
+	name := func(v int, rest string) string { return fmt.Sprintf("migrations/%04d_%s.sql", v, rest) }
+	next := base()
+	next[name(n0+1, "extra")] = &fstest.MapFile{Data: []byte("CREATE TABLE extra (x INTEGER); CREATE INDEX extra_x ON extra (x);")}
+	if applied, err := migrate(ctx, conn, next); err != nil || !slices.Equal(applied, []int{n0 + 1}) {
+		t.Fatalf("migrate %04d: %v, %v; want [%d]", n0+1, applied, err, n0+1)
 	}
+	broken := base()
+	broken[name(n0+1, "extra")] = &fstest.MapFile{Data: []byte("SELECT 1")}
+	broken[name(n0+2, "good")] = &fstest.MapFile{Data: []byte("CREATE TABLE good (x INTEGER)")}
+	broken[name(n0+3, "bad")] = &fstest.MapFile{Data: []byte("CREATE TABLE bad (x INTEGER); THIS IS NOT SQL")}
 	_, err = migrate(ctx, conn, broken)
 	if errcode.CodeOf(err) != errcode.AuditUnavailable {
 		t.Fatalf("failing migration: %v", err)
@@ -232,8 +237,8 @@ func TestMigrations(t *testing.T) {
 	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_schema WHERE name IN ('good', 'bad')").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("a failed migration run left %d tables (%v)", n, err)
 	}
-	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 4 {
-		t.Fatalf("schema_migrations has %d rows (%v), want 4", n, err)
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != n0+1 {
+		t.Fatalf("schema_migrations has %d rows (%v), want %d", n, err, n0+1)
 	}
 	// A database from a newer build is refused.
 	if _, err := migrate(ctx, conn, migrationFS); errcode.CodeOf(err) != errcode.InvalidConfig {

@@ -258,7 +258,10 @@ var migrationFS embed.FS
 // of opts.Signer and starts the writer. Close releases it.
 //
 // With opts.Exclusive it first locks path + ".lock" (see the package doc,
-// "Exclusive").
+// "Exclusive"). A database file Open creates is mode 0600 whatever the
+// umask, and so are its -wal and -shm files (SQLite gives them the
+// database file's mode) and the lock file; an existing file keeps its
+// mode.
 //
 // Errors (*errcode.Error): InvalidArgument for a nil Signer, an unknown
 // Synchronous value, negative sizes, or a path containing '?';
@@ -277,6 +280,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{path: path, signer: opts.Signer, log: opts.Logger}
+	if !opts.Existing {
+		f, err := openPrivate(path, os.O_RDONLY)
+		if err != nil {
+			return nil, store.Unavailable("open store "+path, err)
+		}
+		f.Close()
+	}
 	if opts.Exclusive {
 		if s.lock, err = lockStore(path); err != nil {
 			return nil, err
@@ -352,6 +362,29 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// openPrivate opens the file name with flag (os.O_RDONLY or os.O_RDWR),
+// creating it first, empty and with mode 0600 whatever the umask, if it
+// does not exist: the database (with the events, receipts and approvals it
+// holds) and its lock file are for the gateway's operator only. SQLite
+// creates the -wal and -shm files with the mode of the database file, so
+// they are 0600 too. An existing file keeps its mode.
+func openPrivate(name string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(name, flag|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return os.OpenFile(name, flag, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The umask may have taken bits off 0600 (a umask of 0277 leaves
+	// 0400): set the mode explicitly.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // PathProblem returns why path cannot name a Store's database file, or ""

@@ -25,7 +25,7 @@ import (
 const maxInsertRows = 64
 
 // eventColumns is the column list of an event row insert.
-const eventColumns = `event_id, tenant, run_id, seq, type, ts, causation_id, schema_version, payload`
+const eventColumns = `event_id, tenant, run_id, seq, type, ts, causation_id, schema_version, payload, principal`
 
 // stagedRow is one staged event: r.events[idx], to be stored with seq.
 type stagedRow struct {
@@ -54,7 +54,7 @@ func (w *writer) insertStmt(n int) (*sql.Stmt, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?)")
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
 	}
 	st, err := w.conn.PrepareContext(context.Background(), b.String())
 	if err != nil {
@@ -122,7 +122,7 @@ func (w *writer) flush() {
 		for _, row := range chunk {
 			ev := row.r.events[row.idx]
 			st.args = append(st.args, ev.EventID, ev.Tenant, ev.RunID, row.seq, ev.Type, fmtTime(ev.Timestamp),
-				ev.CausationID, ev.SchemaVersion, []byte(ev.Payload))
+				ev.CausationID, ev.SchemaVersion, []byte(ev.Payload), ev.Principal)
 		}
 		res, err := stmt.Exec(st.args...)
 		clear(st.args)

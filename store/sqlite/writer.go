@@ -135,15 +135,15 @@ func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options) (*wr
 		dst **sql.Stmt
 		q   string
 	}{
-		{&w.st.insertEvent, `INSERT INTO events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`},
+		{&w.st.insertEvent, `INSERT INTO events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`},
 		{&w.st.findEvent, `SELECT ` + eventCols + ` FROM events WHERE event_id = ?`},
 		{&w.st.maxSeq, `SELECT MAX(s) FROM (SELECT MAX(seq) AS s FROM events WHERE tenant = ?1 AND run_id = ?2
 			UNION ALL SELECT last_seq FROM run_heads WHERE tenant = ?1 AND run_id = ?2)`},
 		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (receipt_id) DO NOTHING`},
 		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
-		{&w.st.insertApproval, `INSERT INTO approvals (id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{&w.st.insertApproval, `INSERT INTO approvals (id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding, args_summary)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
 		{&w.st.findApproval, `SELECT ` + approvalCols + ` FROM approvals WHERE id = ?`},
 		{&w.st.updateApproval, `UPDATE approvals SET status = ?, resolved_by = ?, reason = ?, resolved_at = ? WHERE id = ?`},
 		{&w.st.insertSession, `INSERT INTO sessions (session_id, tenant, run_id, tool_id, server, opened_at, closed_at, outcome)
@@ -601,7 +601,7 @@ func (w *writer) applyEvents(r *request) error {
 			return nil
 		}
 		res, err := w.st.insertEvent.Exec(ev.EventID, ev.Tenant, ev.RunID, n, ev.Type, fmtTime(ev.Timestamp),
-			ev.CausationID, ev.SchemaVersion, []byte(ev.Payload))
+			ev.CausationID, ev.SchemaVersion, []byte(ev.Payload), ev.Principal)
 		if err != nil {
 			w.fatal = err
 			return nil

@@ -18,7 +18,8 @@ import (
 func newApproval(tenant, id string) *store.Approval {
 	return &store.Approval{
 		ID: id, Tenant: tenant, Principal: "alice", ToolID: "mcp:fs.write_file", ArgsHash: sha("args " + id),
-		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour),
+		ArgsSummary: `{"content":"[redacted]","path":"/tmp/` + id + `","note":"…"}`,
+		CreatedAt:   t0, ExpiresAt: t0.Add(time.Hour),
 	}
 }
 

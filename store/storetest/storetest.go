@@ -16,7 +16,8 @@
 // idempotent re-append, atomic batches, tenant scoping of every read,
 // not-found and conflict as typed errors, concurrent writers, cursor
 // pagination (also under concurrent appends), follow mode (live, replay,
-// resume, slow followers, a cursor ahead of the log refused), receipt
+// resume, slow followers, a cursor ahead of the log refused), the event's
+// principal kept by every read, receipt
 // linking and export verification, the approval and session state machines
 // (an approval is consumed exactly once under concurrency), the pipeline
 // adapters and Close. Run it with -race.
@@ -82,6 +83,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReceiptsConcurrent", testReceiptsConcurrent},
 		{"ExportFromSeq", testExportFromSeq},
 		{"Outcomes", testOutcomes},
+		{"EventPrincipal", testEventPrincipal},
 		{"Approvals", testApprovals},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalConsumeOnce", testApprovalConsumeOnce},
