@@ -63,6 +63,16 @@ func TestValidateWarnsStartsWithOnPath(t *testing.T) {
 	}
 }
 
+// A file with issues elsewhere still gets its warnings: validate reports
+// everything at once.
+func TestValidateWarnsAlongsideIssues(t *testing.T) {
+	p := writeFile(t, "warn.yaml", pathWarnConfig(t, t.TempDir())+"mcp: {max_sessions: -1}\n")
+	code, out, errOut := run(t, "", "validate", "--config", p)
+	if code != ExitFailure || !strings.Contains(errOut+out, "mcp.max_sessions -1") || !strings.Contains(errOut, pathWarning) {
+		t.Fatalf("validate: code %d out %q err %q; want the issue and the warning", code, out, errOut)
+	}
+}
+
 // lockedBuffer is a strings.Builder safe for one writer and one reader.
 type lockedBuffer struct {
 	mu sync.Mutex

@@ -41,6 +41,13 @@ Exits 0 when the file is valid, 1 otherwise.`,
 				issues = append(issues, cfg.CommandIssues()...)
 				issues = append(issues, cfg.ServerRefIssues()...)
 			}
+			// Suspicious but valid policy (startsWith on a path argument):
+			// warnings, located like issues, printed with them too.
+			if cfg != nil {
+				for _, w := range cfg.Policy.Warnings() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
+			}
 			if len(issues) > 0 {
 				issues = issues.Sorted()
 				return failure("%s has %d issue(s):\n%s", file, len(issues), issues.Error())
@@ -57,11 +64,6 @@ Exits 0 when the file is valid, 1 otherwise.`,
 				if _, err := cfg.Credentials[name].Resolve(name); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v (not readable here; serve needs it in its own environment)\n", err)
 				}
-			}
-			// Suspicious but valid policy (startsWith on a path argument):
-			// warnings, located like issues.
-			for _, w := range cfg.Policy.Warnings() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 			}
 			pol := "no policy: every call is denied"
 			if cfg.Policy != nil {
