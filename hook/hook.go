@@ -49,6 +49,12 @@ type Call struct {
 	Tenant       string
 	Args         json.RawMessage
 	ArgsHash     string // argsHash of Args (redacted, RFC 8785, SHA-256 hex)
+	// RedactArgs, when set, is the call's own redaction of Args: the
+	// gateway's rules plus the values the key-name rule removed from these
+	// arguments (a value copied into another argument is scrubbed too). A
+	// hook that sends arguments anywhere uses it instead of a redactor of
+	// its own. Returns the RFC 8785 form; errors as audit.Redactor.RedactJSON.
+	RedactArgs func(args []byte) ([]byte, error)
 }
 
 // Verdict is a before-hook's answer. The zero Verdict lets the call proceed

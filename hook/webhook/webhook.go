@@ -185,7 +185,11 @@ func (h *Hook) body(phase string, c *hook.Call, o *hook.Outcome) ([]byte, error)
 	r := request{Phase: phase, Hook: h.opts.Name, CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
 		ToolID: c.ToolID, Transport: c.Transport, Principal: c.Principal, Tenant: c.Tenant, ArgsHash: c.ArgsHash}
 	if h.opts.Full {
-		red, err := h.opts.Redact(c.Args)
+		redact := h.opts.Redact
+		if c.RedactArgs != nil {
+			redact = c.RedactArgs // the call's own: its removed values too
+		}
+		red, err := redact(c.Args)
 		if err != nil {
 			return nil, err
 		}

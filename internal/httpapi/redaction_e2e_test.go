@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -80,6 +84,31 @@ audit: {content: full}
 	if bytes.Contains(storeBytes(t, s), []byte(key)) {
 		t.Error("the store's files hold the redacted argument value")
 	}
+	// The caller's identifiers may repeat the value: they are recorded and
+	// answered scrubbed of it, over HTTP and MCP.
+	r = s.do(t, "alice", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.login", "args": map[string]any{"apiKey": key},
+		"runId": "run-" + key, "agentId": "agent-" + key, "parentCallId": "parent-" + key})
+	var ids struct {
+		RunID string `json:"runId"`
+	}
+	r.json(t, &ids)
+	// (The successful result goes back as the tool produced it: the caller
+	// sent the key.)
+	if r.status != 200 || ids.RunID != "run-[REDACTED:argument]" {
+		t.Errorf("ids repeating the key over HTTP: %d %s", r.status, r.body)
+	}
+	if evs := runEvents(t, s, "alice", ids.RunID); len(evs) != 2 || evs[0].Payload["agentId"] != "agent-[REDACTED:argument]" ||
+		evs[0].Payload["parentCallId"] != "parent-[REDACTED:argument]" {
+		t.Errorf("recorded ids: %+v", evs)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "login", Arguments: map[string]any{"apiKey": key},
+		Meta: mcp.Meta{"toolgate/runId": "mcp-" + key, "toolgate/agentId": "agent-" + key}})
+	if err != nil || res.Meta["toolgate/runId"] != "mcp-[REDACTED:argument]" {
+		t.Errorf("ids repeating the key over MCP: %v %+v", err, res)
+	}
+	if bytes.Contains(storeBytes(t, s), []byte(key)) {
+		t.Error("the store's files hold the redacted argument value (from the ids)")
+	}
 	// Another call's records are not affected: the value is call-scoped.
 	if r := s.do(t, "alice", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.login", "runId": "plain", "args": map[string]any{"apiKey": "k-other-value-1", "fail": true}}); !bytes.Contains(r.body, []byte("[REDACTED:argument]")) {
 		t.Errorf("the second call's key is not redacted: %s", r.body)
@@ -148,5 +177,46 @@ hooks:
 	}
 	if bytes.Contains(storeBytes(t, s), []byte(secret)) {
 		t.Error("the store's files hold the registered credential value")
+	}
+}
+
+// A webhook with content: full is sent the call's arguments redacted the way
+// the store records them: a value the key-name rule removed (password) is
+// scrubbed where another argument repeats it too, in every phase.
+func TestFullWebhookGetsCallScopedRedaction(t *testing.T) {
+	const pw = "pw-Zq9nested77x" // not a secret shape: only the key-name rule knows it
+	var mu sync.Mutex
+	var bodies [][]byte
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+		io.WriteString(w, `{}`)
+	}))
+	defer hook.Close()
+	t.Setenv("TG_FULL_HOOK_SECRET", "whsec-full-0123456789")
+	s := startServeWith(t, false, `policy:
+  default: deny
+  rules:
+    - {id: echo, effect: allow, tools: ["mcp:up.echo"]}
+credentials:
+  full-hook: {env: TG_FULL_HOOK_SECRET}
+hooks:
+  - {name: full, mode: enforce, url: "`+hook.URL+`", content: full, timeout: 5s, secret: "{{credential:full-hook}}"}
+`)
+	r := s.do(t, "alice", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.echo", "args": map[string]any{"text": "n1 " + pw, "password": pw}})
+	if r.status != 200 {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) == 0 {
+		t.Fatal("the webhook was not called")
+	}
+	for _, b := range bodies {
+		if bytes.Contains(b, []byte(pw)) || !bytes.Contains(b, []byte("n1 [REDACTED:argument]")) {
+			t.Errorf("webhook body: %s", b)
+		}
 	}
 }

@@ -613,8 +613,21 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		return res, errcode.New(errcode.InvalidArgument, "arguments must be a JSON object")
 	}
 	res.RequestedArgsHash, res.ExecutedArgsHash = h, h
+	red := p.opts.Redactor.WithValues(audit.CallSecretID, removed)
+	if red != p.opts.Redactor {
+		// The caller's identifiers may repeat a value the arguments'
+		// redaction removed: scrub them of it too (they are recorded and
+		// answered).
+		for _, id := range []*string{&c.CallID, &c.RunID, &c.AgentID, &c.ParentCallID} {
+			*id = red.RedactID(*id)
+		}
+		if err := validateIDs(c); err != nil {
+			return res, err
+		}
+		res.CallID, res.RunID = c.CallID, c.RunID
+	}
 	cs := &callState{f: f, c: call, st: st, tool: tool, res: res, args: args, argsMap: argsMap, started: p.opts.Now(), target: call.Target,
-		red: p.opts.Redactor.WithValues(audit.CallSecretID, removed)}
+		red: red}
 	if cs.target != nil {
 		cs.tfacts = PolicyTool(&tool.Descriptor)
 	}
@@ -622,6 +635,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		CallID: c.CallID, RunID: c.RunID, AgentID: c.AgentID, ParentCallID: c.ParentCallID,
 		ToolID: res.ToolID, Transport: string(c.Transport), Principal: c.Principal.ID,
 		Tenant: c.Principal.Tenant, Args: args, ArgsHash: h,
+		RedactArgs: func(b []byte) ([]byte, error) { return cs.red.RedactJSON(b) },
 	}
 
 	cs.rec = rec
