@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -201,5 +202,37 @@ func TestReloadAuth(t *testing.T) {
 	}
 	if r := s.do(t, "alice", "GET", "/v1/tools", nil); r.status != 200 {
 		t.Fatalf("alice after the reload: %d %s", r.status, r.body)
+	}
+}
+
+// The rate limit is taken before an approval is requested (DESIGN.md:
+// decide → rate limit → approval): a principal past its limit is refused
+// rate_limited and cannot queue approvals for people to wade through.
+func TestRateLimitBeforeApprovalRequest(t *testing.T) {
+	pol := strings.Replace(approvalsPolicy, "approvals:", `  ratelimits:
+    - {tools: ["mcp:up.write"], per: principal_tool, rate: 1/h, burst: 1}
+approvals:`, 1)
+	s := startServeWith(t, false, pol)
+	var codes []string
+	for i := range 3 {
+		r := s.do(t, "erin", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.write", "args": map[string]string{"text": fmt.Sprintf("a large write %d", i)}})
+		var out struct {
+			Error string `json:"error"`
+		}
+		r.json(t, &out)
+		codes = append(codes, out.Error)
+	}
+	if codes[0] != "approval_required" || codes[1] != "rate_limited" || codes[2] != "rate_limited" {
+		t.Errorf("three big writes past a burst of 1: %q; want approval_required, then rate_limited", codes)
+	}
+	r := s.do(t, "dave", "GET", "/v1/approvals", nil)
+	var body struct {
+		Approvals []struct {
+			ID string `json:"id"`
+		} `json:"approvals"`
+	}
+	r.json(t, &body)
+	if len(body.Approvals) != 1 {
+		t.Errorf("pending approvals: %d, want 1 (the refused calls asked for none): %s", len(body.Approvals), r.body)
 	}
 }

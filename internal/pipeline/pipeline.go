@@ -6,7 +6,7 @@
 //
 // The order of a call (DESIGN.md):
 //
-//	resolve (canonical toolId) → decide (policy) → approval → rate limit
+//	resolve (canonical toolId) → decide (policy) → validate arguments → rate limit → approval
 //	→ before-hooks → re-decide (and, for require_approval, an approval of
 //	the new arguments) if a hook changed the arguments → agent.toolCalled
 //	(durable) → invoke → after/error hooks → agent.toolReturned + receipt
@@ -649,13 +649,12 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 			return p.refuse(rec, cs, audit.StatusError, e)
 		}
 	}
-	if e := p.awaitApproval(ctx, cs); e != nil {
-		return p.refuse(rec, cs, audit.StatusForbidden, e)
+	if res.Decision.Effect == policy.EffectDeny {
+		return p.refuse(rec, cs, audit.StatusForbidden, p.refusal(ctx, cs))
 	}
-	if e := p.refusal(ctx, cs); e != nil {
-		return p.refuse(rec, cs, audit.StatusForbidden, e)
-	}
-	// rate limit
+	// rate limit, before an approval is requested (DESIGN.md: decide →
+	// rate limit → approval), so a principal past its limit cannot queue
+	// approvals for people to wade through.
 	if rate, burst, ok := st.Policy.RateLimit(res.ToolID); ok {
 		key := ratelimit.Key{Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID}
 		rl, err := p.opts.Limiter.Take(ctx, key, ratelimit.Limit{Rate: rate, Burst: burst})
@@ -667,6 +666,12 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 			e := errcode.As(rl.Err()).WithDetails(map[string]any{"toolName": res.ToolID})
 			return p.refuse(rec, cs, audit.StatusRateLimited, e)
 		}
+	}
+	if e := p.awaitApproval(ctx, cs); e != nil {
+		return p.refuse(rec, cs, audit.StatusForbidden, e)
+	}
+	if e := p.refusal(ctx, cs); e != nil {
+		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
 	// before-hooks
 	if e := p.beforeHooks(ctx, cs); e != nil {
