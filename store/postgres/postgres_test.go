@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/postgres"
@@ -194,5 +195,92 @@ func TestMigrationsOnceAcrossReplicas(t *testing.T) {
 	}
 	if rows == 0 || rows != versions {
 		t.Fatalf("schema_migrations has %d rows for %d versions", rows, versions)
+	}
+}
+
+// TestRecoversAfterLostConnections: when the server drops every
+// connection of a Store, writes fail with AuditUnavailable (nothing half
+// stored) until the pool reconnects, then succeed by themselves; the
+// run's sequences and the receipt chain have no gap and the export
+// verifies.
+func TestRecoversAfterLostConnections(t *testing.T) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	app := "tg_recover_" + hex.EncodeToString(b)
+	u, err := url.Parse(newSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	s := open(t, u.String(), 4)
+	ctx := context.Background()
+	appendOne := func(n int) error {
+		ev, err := audit.NewEvent("run_r", audit.TypeToolCalled, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Tenant = "acme"
+		if err := s.AppendEvents(ctx, ev); err != nil {
+			return err
+		}
+		d := int64(1)
+		id := fmt.Sprintf("%d_%d", n, time.Now().UnixNano())
+		return s.AppendReceipt(ctx, &receipt.Receipt{ReceiptID: "rcpt_" + id, CallID: "call_" + id, RunID: "run_r", AgentID: "a",
+			Principal: "alice", Tenant: "acme", ToolID: "mcp:fs.read", Transport: "mcp",
+			Decision:          receipt.Decision{Effect: "allow", RuleID: "r", PolicyVersion: "v1"},
+			RequestedArgsHash: hex.EncodeToString(make([]byte, 32)), ExecutedArgsHash: hex.EncodeToString(make([]byte, 32)),
+			Status: receipt.StatusOK, StartedAt: time.Now(), DurationMs: &d})
+	}
+	if err := appendOne(0); err != nil {
+		t.Fatalf("append before: %v", err)
+	}
+	admin, err := pgx.Connect(ctx, testDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var killed int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil || killed == 0 {
+		t.Fatalf("terminate the store's connections: %d %v", killed, err)
+	}
+	ok, failed := 0, 0
+	for deadline := time.Now().Add(60 * time.Second); ok < 3; {
+		err := appendOne(ok + 1)
+		switch {
+		case err == nil:
+			ok++
+		case errcode.CodeOf(err) != errcode.AuditUnavailable:
+			t.Fatalf("append after the connections dropped: %v, want AuditUnavailable or success", err)
+		case time.Now().After(deadline):
+			t.Fatalf("the store did not recover: %v", err)
+		default:
+			failed++
+		}
+	}
+	t.Logf("%d appends failed with AuditUnavailable before the store recovered", failed)
+	evs, err := s.EventsByRun(ctx, "acme", "run_r", -1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		if ev.Sequence != int64(i) {
+			t.Fatalf("event %d has sequence %d: a gap", i, ev.Sequence)
+		}
+	}
+	var buf bytes.Buffer
+	if err := s.ExportReceipts(ctx, &buf, s.ChainID(), 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := receipt.Verify(&buf, s.PublicKey(), receipt.VerifyOptions{})
+	if err != nil {
+		t.Fatalf("verify the chain after recovery: %v", err)
+	}
+	if res.Receipts != ok+1 {
+		t.Fatalf("verified %d receipts, want %d (one per successful append)", res.Receipts, ok+1)
+	}
+	if len(evs) < ok+1 {
+		t.Fatalf("%d events, want at least %d", len(evs), ok+1)
 	}
 }
