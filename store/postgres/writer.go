@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +36,7 @@ type writer struct {
 	q        chan *request
 	done     chan struct{}
 	maxBatch int
+	commits  atomic.Int64 // transactions committed (for tests of group commit)
 }
 
 func newWriter(s *Store, chain *receipt.Chain, opts Options) *writer {
@@ -244,7 +246,11 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 			}
 		}
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	w.commits.Add(1)
+	return nil
 }
 
 // apply runs one request inside its savepoint. rerr is the request's own
