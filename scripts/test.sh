@@ -25,6 +25,33 @@ go build -o /dev/null ./cmd/toolgate
 step "npm test dependencies (testdata/npm: MCP reference servers, Node 22)"
 bash scripts/npm-setup.sh
 
+step "services: PostgreSQL 127.0.0.1:5432 and Redis 127.0.0.1:6379 (started when down; the tests fail, never skip, without them)"
+# reachable HOST PORT: a TCP connection succeeds.
+reachable() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+# wait_for NAME HOST PORT: poll for up to 30 s, then fail the run.
+wait_for() {
+  for _ in $(seq 1 150); do
+    reachable "$2" "$3" && { echo "$1 is up at $2:$3"; return 0; }
+    sleep 0.2
+  done
+  echo "test.sh: $1 is not reachable at $2:$3 and could not be started" >&2
+  exit 1
+}
+if [ -z "${TOOLGATE_TEST_POSTGRES:-}" ] && ! reachable 127.0.0.1 5432; then
+  echo "starting PostgreSQL"
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+fi
+[ -n "${TOOLGATE_TEST_POSTGRES:-}" ] || wait_for PostgreSQL 127.0.0.1 5432
+if ! reachable 127.0.0.1 6379; then
+  echo "starting Redis"
+  if command -v redis-server >/dev/null; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no || true
+  fi
+fi
+wait_for Redis 127.0.0.1 6379
+
 step "go test -race (unit, integration, fuzz seed corpora)"
 go test -race -count=1 -timeout 20m ./...
 

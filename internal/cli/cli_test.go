@@ -114,7 +114,8 @@ func TestValidate(t *testing.T) {
 	}
 	// A backend the config format names but serve does not have is not OK.
 	for _, c := range []struct{ section, want string }{
-		{"store: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}", `store.driver "postgres": serve supports sqlite`},
+		{"store: {driver: memory}", `store.driver "memory": serve supports sqlite and postgres`},
+		{"store: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}\naudit: {retention: 720h}", `audit.retention: serve prunes the sqlite store only`},
 		{"ratelimit: {backend: redis, url: 'redis://127.0.0.1:6379'}", `ratelimit.backend "redis": serve supports memory`},
 	} {
 		p := writeFile(t, "backend.yaml", string(demoConfig)+"\n"+c.section+"\n")
@@ -485,7 +486,7 @@ func TestDemoWritesVerifiableReceipts(t *testing.T) {
 // (a backend this build lacks) is rejected before anything is swapped: the
 // gateway and auth (nil here) are never touched, and the log says why.
 func TestReloadRefusesUnservableConfig(t *testing.T) {
-	p := writeFile(t, "reload.yaml", string(demoConfig)+"\nstore: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}\n")
+	p := writeFile(t, "reload.yaml", string(demoConfig)+"\nstore: {driver: memory}\n")
 	var logs strings.Builder
 	reload(context.Background(), p, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if !strings.Contains(logs.String(), "reload failed; keeping the running configuration") || !strings.Contains(logs.String(), "not built yet") {

@@ -175,15 +175,11 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	if cfg.Audit.Retention != "" {
 		retention, _ = config.ParseDuration(cfg.Audit.Retention)
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Exclusive: true,
-		Retention: retention, Logger: logger})
+	st, err := openServeStore(ctx, cfg, receipt.NewSigner(key), retention, logger)
 	if err != nil {
-		return failure("opening store %s: %v", cfg.Store.DSN, err)
+		return err
 	}
 	defer st.Close()
-	if err := st.ChainError(); err != nil {
-		return failure("store %s: %v", cfg.Store.DSN, err)
-	}
 	redactor := audit.NewRedactor()
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
@@ -213,9 +209,14 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	// Calls the previous run left open (kill -9, a crash) are closed as
 	// gateway_restarted before anything is served, so every call in the
 	// store is paired with an outcome and a receipt (issue 13 point 13).
-	open, err := st.OpenCalls(ctx)
-	if err != nil {
-		return failure("store %s: reading open calls: %v", cfg.Store.DSN, err)
+	// Only a store this gateway owns alone (sqlite, Exclusive) can tell
+	// the calls the previous run left open: on a shared PostgreSQL store
+	// the open calls are those of the other replicas, still running.
+	var open []audit.Event
+	if sq, ok := st.(*sqlite.Store); ok {
+		if open, err = sq.OpenCalls(ctx); err != nil {
+			return failure("store %s: reading open calls: %v", cfg.Store.DSN, err)
+		}
 	}
 	if len(open) > 0 {
 		n, err := pipe.CloseInterrupted(ctx, open)
@@ -380,7 +381,7 @@ func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) 
 
 // shutdown stops accepting connections, waits (up to 30 s) for in-flight
 // requests, closes the upstream sessions and flushes the store.
-func shutdown(srv *http.Server, gw *mcpgw.Gateway, st *sqlite.Store, log *slog.Logger) error {
+func shutdown(srv *http.Server, gw *mcpgw.Gateway, st store.Store, log *slog.Logger) error {
 	log.Info("shutting down: finishing in-flight calls")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

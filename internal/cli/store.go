@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"log/slog"
+	"net/url"
 	"os"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+	"github.com/toolgate/toolgate/store/postgres"
 	"github.com/toolgate/toolgate/store/sqlite"
 )
 
@@ -36,4 +40,45 @@ func openStore(ctx context.Context, cfg *config.Config) (*sqlite.Store, error) {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
 	}
 	return st, nil
+}
+
+// serveStoreTimeout bounds how long serve waits for the store at start
+// (a PostgreSQL server that does not answer fails the start).
+const serveStoreTimeout = 15 * time.Second
+
+// openServeStore opens the gateway's store for serve: the sqlite file
+// (exclusive, with retention) or the shared PostgreSQL database
+// (store.driver postgres; audit.retention is refused for it by
+// backendIssues). Errors are CLI failures naming the store without
+// credentials.
+func openServeStore(ctx context.Context, cfg *config.Config, signer *receipt.Signer, retention time.Duration, logger *slog.Logger) (store.Store, error) {
+	if cfg.Store.Driver == "postgres" {
+		octx, cancel := context.WithTimeout(ctx, serveStoreTimeout)
+		defer cancel()
+		st, err := postgres.Open(octx, cfg.Store.DSN, postgres.Options{Signer: signer, Logger: logger})
+		if err != nil {
+			return nil, failure("opening store %s: %v", redactDSN(cfg.Store.DSN), err)
+		}
+		return st, nil
+	}
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: signer, Exclusive: true,
+		Retention: retention, Logger: logger})
+	if err != nil {
+		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
+	}
+	if err := st.ChainError(); err != nil {
+		st.Close()
+		return nil, failure("store %s: %v", cfg.Store.DSN, err)
+	}
+	return st, nil
+}
+
+// redactDSN returns a postgres DSN fit for a message: a URL with its
+// password replaced, anything else as "postgres" (a key=value DSN may hold
+// a password anywhere).
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.Redacted()
+	}
+	return "postgres"
 }

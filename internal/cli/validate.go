@@ -20,7 +20,7 @@ func newValidateCmd() *cobra.Command {
 validate every section and compile the policy (CEL conditions type-checked). All issues of every
 section are reported at once, one per line as file:line:col: message. What serve would hit with the
 file here is an issue too: a backend the config format names but this build's serve lacks
-(store.driver postgres or memory, ratelimit.backend redis), a stdio command not found on PATH or
+(store.driver memory, ratelimit.backend redis, audit.retention on postgres), a stdio command not found on PATH or
 not executable, a rule naming a server that is not configured. Nothing is started or connected.
 Credentials that this environment cannot read are warnings (serve reads its own environment), and
 so is a policy rule that applies startsWith to an argument named like a path (use path.isUnder).
@@ -80,8 +80,9 @@ Exits 0 when the file is valid, 1 otherwise.`,
 }
 
 // servable reports a valid configuration that this build's serve cannot
-// run: the config format already names backends (store.driver postgres and
-// memory, ratelimit.backend redis) that serve does not have yet, and
+// run: the config format already names backends (store.driver memory,
+// ratelimit.backend redis, retention on postgres) that serve does not
+// have yet, and
 // validate must not call such a file OK.
 func servable(cfg *config.Config) error {
 	if is := backendIssues(cfg); len(is) > 0 {
@@ -93,9 +94,13 @@ func servable(cfg *config.Config) error {
 // backendIssues are servable's refusals, located.
 func backendIssues(cfg *config.Config) policy.Issues {
 	var is policy.Issues
-	if oneOf(cfg.Store.Driver, "postgres", "memory") {
+	if cfg.Store.Driver == "memory" {
 		is = append(is, policy.Issue{Pos: cfg.PosOf("store", "driver"),
-			Message: fmt.Sprintf("store.driver %q: serve supports sqlite (postgres and memory are not built yet)", cfg.Store.Driver)})
+			Message: fmt.Sprintf("store.driver %q: serve supports sqlite and postgres (memory is not built yet)", cfg.Store.Driver)})
+	}
+	if cfg.Store.Driver == "postgres" && cfg.Audit.Retention != "" {
+		is = append(is, policy.Issue{Pos: cfg.PosOf("audit", "retention"),
+			Message: "audit.retention: serve prunes the sqlite store only (retention on postgres is not built yet)"})
 	}
 	if cfg.RateLimit.Backend == "redis" {
 		is = append(is, policy.Issue{Pos: cfg.PosOf("ratelimit", "backend"),

@@ -31,7 +31,7 @@ func TestValidateReportsWhatServeWouldHit(t *testing.T) {
 	remote := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer remote.Close()
 	cfg := writeFile(t, "c.yaml", fmt.Sprintf(`listen: 127.0.0.1:7070
-store: {driver: postgres, dsn: "postgres://127.0.0.1/test"}
+store: {driver: memory, dsn: "postgres://127.0.0.1/test"}
 servers:
   - {name: fs, command: [%q]}
   - {name: gone, command: [toolgate-no-such-command-xyz]}
@@ -47,7 +47,7 @@ policy:
 	}
 	for _, want := range []string{
 		"has 5 issue(s)",
-		`c.yaml:2:17: store.driver "postgres": serve supports sqlite`,
+		`c.yaml:2:17: store.driver "memory": serve supports sqlite and postgres`,
 		`c.yaml:5:28: servers[1] (gone): command "toolgate-no-such-command-xyz" is not found on PATH or is not executable`,
 		fmt.Sprintf(`c.yaml:6:28: servers[2] (half): command %q is not executable`, notExec),
 		`unknown key "timout" (did you mean "timeout"?)`,

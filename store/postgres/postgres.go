@@ -1,0 +1,290 @@
+// Package postgres is toolgate's shared durable store.Store on PostgreSQL
+// (github.com/jackc/pgx/v5, pgxpool), for several gateway replicas that
+// share one audit log, one receipt store and one approval inbox. It passes
+// store/storetest like store/sqlite and store/memstore.
+//
+// # Durability and group commit
+//
+// Every write returns only after the transaction holding it has committed
+// (durable before visible, DESIGN.md decision 7; PostgreSQL's
+// synchronous_commit decides what a commit survives, "on" by default). As
+// on SQLite, one writer goroutine per Store takes the appends (events,
+// receipts, outcomes) of every caller of this process through a bounded
+// queue (Options.QueueSize; callers block, honouring ctx, while it is
+// full) and applies all it can take without waiting, up to
+// Options.MaxBatch items, in one transaction: concurrent calls of one
+// replica share a commit. Each request runs under its own savepoint, so a
+// request refused on its own (a Conflict, an invalid value) fails alone
+// and the rest of the batch commits. Once a request is queued its caller
+// waits for the outcome whatever its ctx says, so an error always means
+// nothing was stored; a request whose ctx ended before the writer reached
+// it is skipped with Cancelled or Timeout.
+//
+// A storage failure (connection lost, server down, a failed COMMIT) rolls
+// the batch back and fails every request in it with AuditUnavailable; the
+// writer then resumes its receipt chain from the last committed receipt,
+// so the chain never has a gap or a fork, and the next batch tries again:
+// the store recovers by itself when the server is back. A batch aborted by
+// a deadlock or serialization failure (two replicas locking the same run
+// heads in different orders) is retried whole, a few times, before it
+// fails.
+//
+// # Sequences across replicas
+//
+// A run's sequence numbers are taken, inside the transaction that inserts
+// the events, from the run's row in run_heads (INSERT … ON CONFLICT DO
+// UPDATE … RETURNING): never from a replica's memory. The row lock orders
+// concurrent writers of any replica, and a transaction that rolls back
+// gives its numbers back, so every run's sequence is gap-free from 0 even
+// when several replicas write events of one run.
+//
+// # Receipts
+//
+// The writer links receipts through the store's receipt.Chain inside the
+// transaction, and a batch that linked receipts stores a signed checkpoint
+// over the new head in the same transaction. On Open the chain resumes
+// after the last stored receipt of the signer's chain. Each replica must
+// sign with its own key: two Stores signing one chain would fork it (the
+// second one's inserts fail on the (chain_id, seq) key and its writes fail
+// with AuditUnavailable rather than corrupting anything).
+//
+// # Follow
+//
+// Follow is served by a store.Feed that the writer feeds after each
+// commit: a follower sees this Store's own commits live, in commit order,
+// and catches up from the database by position. Known limit: positions
+// (events.pos, a bigserial) are assigned at insert, not at commit, so the
+// feed of one replica does not yet deliver the events other replicas
+// commit, in commit order (issue 14 point 3, a commit-ordered cursor with
+// LISTEN/NOTIFY, is not built); EventsByRun and EventsByTime read every
+// replica's committed events.
+//
+// # Schema
+//
+// The schema is a set of embedded, numbered migrations
+// (migrations/NNNN_name.sql), applied by Open in one transaction that
+// first takes a transaction-scoped advisory lock (pg_advisory_xact_lock)
+// keyed by the schema's name, so replicas starting together apply them
+// once; each is recorded in schema_migrations. A database recording a
+// version this build does not know is refused with InvalidConfig. The
+// tables live in the connection's current schema (the DSN's search_path).
+package postgres
+
+import (
+	"context"
+	"crypto/ed25519"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
+)
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Outcomes = (*Store)(nil)
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBatch  = 512
+	DefaultQueueSize = 1024
+	DefaultMaxConns  = 8
+)
+
+// Options configures Open. Only Signer is required.
+type Options struct {
+	// Signer signs this Store's receipt chain; its key id is the chain id.
+	// Each replica needs its own key. Required.
+	Signer *receipt.Signer
+	// MaxBatch bounds the items (events and receipts) of one transaction;
+	// a single request larger than MaxBatch still commits whole. 0 means
+	// DefaultMaxBatch.
+	MaxBatch int
+	// QueueSize bounds the requests waiting for the writer; callers block
+	// (honouring ctx) while it is full. 0 means DefaultQueueSize.
+	QueueSize int
+	// MaxConns bounds the connection pool (the writer uses one of them).
+	// 0 means DefaultMaxConns.
+	MaxConns int
+	// FollowBuffer is each follower's live buffer in events
+	// (store.FeedOptions.Buffer); 0 means 256.
+	FollowBuffer int
+	// Logger receives operator logs (failed batches); nil discards.
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL backend. All methods are safe for concurrent
+// use; several Stores (of one process or of several replicas) may share
+// one database.
+type Store struct {
+	pool   *pgxpool.Pool
+	signer *receipt.Signer
+	log    *slog.Logger
+	feed   *store.Feed
+	w      *writer
+
+	mu     sync.RWMutex // guards closed and sends on w.q
+	closed bool
+
+	closeOnce sync.Once
+}
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Open connects to the PostgreSQL database dsn (a postgres:// URL or a
+// key=value string, as pgx accepts), applies the pending schema
+// migrations, resumes opts.Signer's receipt chain and starts the writer.
+// Close releases it.
+//
+// Errors: InvalidArgument for a missing signer or a malformed dsn;
+// InvalidConfig for a database written by a newer toolgate;
+// AuditUnavailable if the server cannot be reached or a statement fails;
+// Cancelled, Timeout if ctx ends first.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.Signer == nil {
+		return nil, errcode.New(errcode.InvalidArgument, "open postgres store: a signer is required")
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.InvalidArgument, err, "open postgres store: dsn").
+			WithDetails(map[string]any{"field": "dsn"})
+	}
+	cfg.MaxConns = int32(DefaultMaxConns)
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = int32(min(opts.MaxConns, 1<<16))
+	}
+	if cfg.MaxConns < 2 {
+		cfg.MaxConns = 2
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, store.Unavailable("open postgres store", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, store.Unavailable("open postgres store: connect", err)
+	}
+	if _, err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{pool: pool, signer: opts.Signer, log: logger}
+	chain, err := s.resumeChain(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	var last int64
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
+		pool.Close()
+		return nil, store.Unavailable("open postgres store: read the log", err)
+	}
+	s.feed = store.NewFeed(s.readAfter, last, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: logger, Committed: s.committed})
+	s.w = newWriter(s, chain, opts)
+	go s.w.run()
+	return s, nil
+}
+
+// resumeChain returns the signer's chain resumed after its last stored
+// receipt.
+func (s *Store) resumeChain(ctx context.Context) (*receipt.Chain, error) {
+	const op = "resume receipt chain"
+	var body []byte
+	err := s.pool.QueryRow(ctx, `SELECT body FROM receipts WHERE chain_id = $1 ORDER BY seq DESC LIMIT 1`, s.signer.KeyID()).Scan(&body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return receipt.NewChain(s.signer, receipt.Options{}), nil
+	}
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	head := new(receipt.Receipt)
+	if err := head.UnmarshalJSON(body); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, op+": stored receipt")
+	}
+	c, err := receipt.ResumeChain(s.signer, head, receipt.Options{})
+	if err != nil {
+		return nil, errcode.Wrap(errcode.AuditUnavailable, err, op)
+	}
+	return c, nil
+}
+
+// committed is the feed's FeedOptions.Committed: the largest stored
+// position.
+func (s *Store) committed(ctx context.Context) (int64, error) {
+	var last int64
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
+		return 0, store.Unavailable("follow events", err)
+	}
+	return last, nil
+}
+
+// Close stops accepting writes, waits for the writes already queued,
+// closes every follower's channel and the connection pool. Later calls
+// fail with AuditUnavailable. Idempotent; returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.w.q)
+		s.mu.Unlock()
+		<-s.w.done
+		s.feed.Close()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// readable checks ctx and that the store is open.
+func (s *Store) readable(ctx context.Context, op string) error {
+	if err := store.ContextError(ctx, op); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.ErrClosed(op)
+	}
+	return nil
+}
+
+// ChainID implements store.Receipts.ChainID.
+func (s *Store) ChainID() string { return s.signer.KeyID() }
+
+// PublicKey implements store.Receipts.PublicKey.
+func (s *Store) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
+
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+// fmtTime formats t for storage; the zero time is "".
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+// parseTime parses a stored time; "" is the zero time.
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t, nil
+}
