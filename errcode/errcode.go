@@ -36,6 +36,9 @@ const (
 	AmbiguousTool Code = "ambiguous_tool"
 	// RateLimited: the (principal, toolId) token bucket is empty (RFC 0064 §D).
 	RateLimited Code = "rate_limited"
+	// RateLimitUnavailable: the shared rate limiter (Redis) cannot answer,
+	// so the call is refused (ratelimit.on_unavailable: deny, fail closed).
+	RateLimitUnavailable Code = "ratelimit_unavailable"
 	// ApprovalRequired: the call needs a human approval that has not arrived yet.
 	ApprovalRequired Code = "approval_required"
 	// ApprovalDenied: an approver denied the call.
@@ -83,6 +86,7 @@ var statuses = map[Code]int{
 	NotFound:              http.StatusNotFound,
 	AmbiguousTool:         http.StatusBadRequest,
 	RateLimited:           http.StatusTooManyRequests,
+	RateLimitUnavailable:  http.StatusServiceUnavailable,
 	ApprovalRequired:      http.StatusAccepted,
 	ApprovalDenied:        http.StatusForbidden,
 	ApprovalExpired:       http.StatusForbidden,

@@ -29,9 +29,24 @@ import (
 // operation, plus the size of strings and lists that functions traverse).
 const DefaultCostLimit uint64 = 10000
 
-// PerPrincipalTool is the only rate-limit key: one token bucket per
-// (principal, toolId) (OpenWOP RFC 0064 §D).
-const PerPrincipalTool = "principal_tool"
+// Values of a `ratelimits` entry's per: what its token buckets are keyed on.
+const (
+	// PerPrincipalTool (the default): one bucket per (tenant, principal,
+	// toolId) (OpenWOP RFC 0064 §D).
+	PerPrincipalTool = "principal_tool"
+	// PerTenantTool: one bucket per (tenant, toolId), shared by every
+	// principal of the tenant.
+	PerTenantTool = "tenant_tool"
+	// PerTool: one bucket per toolId, shared by every caller (a ceiling
+	// that protects the upstream).
+	PerTool = "tool"
+	// PerPrincipal: one bucket per (tenant, principal), shared by every
+	// tool the entry matches.
+	PerPrincipal = "principal"
+)
+
+// perKinds lists the per values in the order a call's buckets are taken.
+var perKinds = []string{PerPrincipalTool, PerTenantTool, PerTool, PerPrincipal}
 
 // maxIndexedTools bounds the per-toolId rule index cache; decisions for
 // further toolIds are computed without caching.
@@ -108,6 +123,8 @@ type rule struct {
 
 type rateLimit struct {
 	tools []string
+	per   string // one of perKinds
+	index int    // position among the spec's ratelimits entries
 	rate  float64
 	burst int
 }
@@ -115,9 +132,9 @@ type rateLimit struct {
 // toolIndex is what applies to one toolId.
 type toolIndex struct {
 	deny, approval, allow []*rule
-	all                   []*rule // declaration order, for Explain
-	limit                 *rateLimit
-	usesArgs              bool // some rule's condition reads args
+	all                   []*rule      // declaration order, for Explain
+	limits                []*rateLimit // the first matching entry of each per kind, in document order
+	usesArgs              bool         // some rule's condition reads args
 }
 
 // Compile checks spec and compiles it into a Program. It reports every
@@ -208,7 +225,7 @@ func compileOne(spec Spec, opts Options) (*Program, error) {
 		}
 	}
 	for i := range spec.RateLimits {
-		if rl := c.rateLimit(&spec.RateLimits[i]); rl != nil {
+		if rl := c.rateLimit(&spec.RateLimits[i], i); rl != nil {
 			p.limits = append(p.limits, rl)
 		}
 	}
@@ -579,13 +596,17 @@ func exprPos(rs *RuleSpec, line, col int) (Pos, string) {
 	return pos, ""
 }
 
-func (c *compiler) rateLimit(rs *RateLimitSpec) *rateLimit {
+func (c *compiler) rateLimit(rs *RateLimitSpec, index int) *rateLimit {
 	ok := rs.bad == 0
 	if rs.bad&fieldTools == 0 && !c.globs("ratelimit", rs.Tools, orPos(rs.toolsPos, rs.Pos)) {
 		ok = false
 	}
-	if rs.bad&fieldPer == 0 && rs.Per != "" && rs.Per != PerPrincipalTool {
-		c.errorf(orPos(rs.perPos, rs.Pos), "ratelimit: per must be %q, got %q", PerPrincipalTool, clip(rs.Per))
+	per := rs.Per
+	if per == "" {
+		per = PerPrincipalTool
+	}
+	if rs.bad&fieldPer == 0 && !slices.Contains(perKinds, per) {
+		c.errorf(orPos(rs.perPos, rs.Pos), "ratelimit: per must be one of %s, got %q", strings.Join(perKinds, ", "), clip(rs.Per))
 		ok = false
 	}
 	rate, err := ratelimit.ParseRate(rs.Rate)
@@ -613,7 +634,7 @@ func (c *compiler) rateLimit(rs *RateLimitSpec) *rateLimit {
 	if !ok {
 		return nil
 	}
-	return &rateLimit{tools: slices.Clone(rs.Tools), rate: rate, burst: rs.Burst}
+	return &rateLimit{tools: slices.Clone(rs.Tools), per: per, index: index, rate: rate, burst: rs.Burst}
 }
 
 // noEstimates lets cel-go assume the worst for every input size.

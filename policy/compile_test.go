@@ -110,7 +110,7 @@ func TestCompileIssues(t *testing.T) {
 		{"burst < 1", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Rate: "1/s", Burst: -1, Pos: Pos{"f", 4, 5}}}}, Options{},
 			`f:4:5: ratelimit: burst must be at least 1, got -1`},
 		{"unknown per", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Per: "tenant", Rate: "1/s", Burst: 1, Pos: Pos{"f", 4, 5}}}}, Options{},
-			`f:4:5: ratelimit: per must be "principal_tool", got "tenant"`},
+			`f:4:5: ratelimit: per must be one of principal_tool, tenant_tool, tool, principal, got "tenant"`},
 		{"no rate", Spec{RateLimits: []RateLimitSpec{{Tools: []string{"*"}, Burst: 1, Pos: Pos{"f", 4, 5}}}}, Options{},
 			`f:4:5: ratelimit: rate is required (N/s, N/m or N/h)`},
 	}

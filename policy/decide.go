@@ -172,18 +172,51 @@ func (p *Program) Version() string {
 	return p.version
 }
 
-// RateLimit returns the first `ratelimits` entry whose tools match toolID:
-// its rate in tokens per second and its burst in tokens, keyed per
-// (principal, toolId). ok is false when no entry matches (or p is nil).
+// RateLimit returns the first `ratelimits` entry with per principal_tool
+// whose tools match toolID: its rate in tokens per second and its burst in
+// tokens, keyed per (principal, toolId). ok is false when no such entry
+// matches (or p is nil). RateLimits returns every entry that applies.
 // Safe for concurrent use.
 func (p *Program) RateLimit(toolID string) (ratePerSec float64, burst int, ok bool) {
-	if p == nil {
-		return 0, 0, false
-	}
-	if l := p.lookup(toolID).limit; l != nil {
-		return l.rate, l.burst, true
+	for _, l := range p.RateLimits(toolID) {
+		if l.Per == PerPrincipalTool {
+			return l.Rate, l.Burst, true
+		}
 	}
 	return 0, 0, false
+}
+
+// RateLimitRule is one `ratelimits` entry that applies to a call.
+type RateLimitRule struct {
+	// Index is the entry's position in the policy's ratelimits (from 0).
+	Index int
+	// Per is what the entry's buckets are keyed on: PerPrincipalTool,
+	// PerTenantTool, PerTool or PerPrincipal.
+	Per string
+	// Rate is the refill rate in tokens per second.
+	Rate float64
+	// Burst is the capacity in tokens, in [1, ratelimit.MaxBurst].
+	Burst int
+}
+
+// Label returns "ratelimits[Index]", the name a refusal gives the rule.
+func (r RateLimitRule) Label() string { return fmt.Sprintf("ratelimits[%d]", r.Index) }
+
+// RateLimits returns the `ratelimits` entries that apply to a call of
+// toolID: for each per kind, the first entry (in document order) whose
+// tools match, so a specific entry listed before a catch-all overrides it
+// and entries of different kinds stack. A call must find room in the
+// bucket of every returned entry. nil when none applies or p is nil. The
+// caller owns the slice. Safe for concurrent use.
+func (p *Program) RateLimits(toolID string) []RateLimitRule {
+	if p == nil {
+		return nil
+	}
+	var out []RateLimitRule
+	for _, l := range p.lookup(toolID).limits {
+		out = append(out, RateLimitRule{Index: l.index, Per: l.per, Rate: l.rate, Burst: l.burst})
+	}
+	return out
 }
 
 // Decide answers whether in.Principal may call in.Tool with in.Args
@@ -737,9 +770,8 @@ func (p *Program) buildIndex(toolID string) *toolIndex {
 		}
 	}
 	for _, l := range p.limits {
-		if matchesID(l.tools, toolID) {
-			ti.limit = l
-			break
+		if matchesID(l.tools, toolID) && !slices.ContainsFunc(ti.limits, func(o *rateLimit) bool { return o.per == l.per }) {
+			ti.limits = append(ti.limits, l)
 		}
 	}
 	return ti

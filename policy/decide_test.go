@@ -480,3 +480,40 @@ func TestIndexCacheBounded(t *testing.T) {
 	check(t, p.Decide(t.Context(), call(alice, "mcp:fs.read_file", nil, map[string]any{})),
 		want{effect: EffectAllow, rule: "readers", layer: LayerRule})
 }
+
+// TestRateLimitsPerKinds: the first matching entry of each per kind applies,
+// in document order, so kinds stack and a specific entry overrides a later
+// catch-all of its kind.
+func TestRateLimitsPerKinds(t *testing.T) {
+	p := load(t, `ratelimits:
+  - {tools: ["mcp:fs.write_*"], rate: 1/s, burst: 2}
+  - {tools: ["*"], per: principal_tool, rate: 10/s, burst: 20}
+  - {tools: ["mcp:fs.*"], per: tenant_tool, rate: 100/m, burst: 50}
+  - {tools: ["mcp:*"], per: tool, rate: 5/s, burst: 5}
+  - {tools: ["*"], per: principal, rate: 1000/h, burst: 100}
+  - {tools: ["*"], per: tool, rate: 1/s, burst: 1}
+`, Options{})
+	got := p.RateLimits("mcp:fs.write_file")
+	want := []RateLimitRule{
+		{Index: 0, Per: PerPrincipalTool, Rate: 1, Burst: 2},
+		{Index: 2, Per: PerTenantTool, Rate: 100.0 / 60, Burst: 50},
+		{Index: 3, Per: PerTool, Rate: 5, Burst: 5},
+		{Index: 4, Per: PerPrincipal, Rate: 1000.0 / 3600, Burst: 100},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("RateLimits = %+v, want %+v", got, want)
+	}
+	if l := got[1].Label(); l != "ratelimits[2]" {
+		t.Errorf("Label %q", l)
+	}
+	got = p.RateLimits("http:x")
+	if len(got) != 3 || got[0].Index != 1 || got[1].Index != 4 || got[2].Index != 5 {
+		t.Errorf("RateLimits(http:x) = %+v", got)
+	}
+	if rate, burst, ok := p.RateLimit("mcp:fs.write_file"); !ok || rate != 1 || burst != 2 {
+		t.Errorf("RateLimit = %v %v %v", rate, burst, ok)
+	}
+	if (*Program)(nil).RateLimits("x") != nil {
+		t.Error("nil Program has rate limits")
+	}
+}

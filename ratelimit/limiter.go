@@ -41,12 +41,17 @@ func (l Limit) Validate() error {
 // Key identifies one token bucket: RFC 0064 §D keys buckets on
 // (principal, toolName); toolgate uses the canonical toolId (DESIGN decision
 // 3) and adds Tenant so that the same principal id in two tenants never shares
-// a bucket. All three fields take part in equality; none is special when
+// a bucket. All fields take part in equality; none is special when
 // empty (see the package doc). Key is a comparable value, safe to copy.
 type Key struct {
 	Tenant    string // tenant of the principal; "" for a single-tenant deployment
 	Principal string // principal id the call is attributed to
 	ToolID    string // canonical toolId, for example "mcp:fs.read_file"
+	// Rule separates the buckets of different policy rules (for example
+	// "ratelimits[2]"); "" for a bucket that belongs to no rule. A rule
+	// that keys on fewer fields leaves the others "" (per: tool keeps only
+	// ToolID and Rule).
+	Rule string
 }
 
 // Result is the outcome of one Take (RFC 0064 §D). It is a plain value.
@@ -64,6 +69,9 @@ type Result struct {
 	// a take exactly RetryAfter later by the limiter's clock, with no other
 	// take on the key in between, is allowed.
 	RetryAfter time.Duration
+	// Rule and Per name the policy rule whose bucket this is (Bucket.Rule,
+	// Bucket.Per) when the Result comes from TakeAll; "" from Take.
+	Rule, Per string
 }
 
 // RetryAfterSeconds returns the value of the HTTP Retry-After header in whole
@@ -85,6 +93,8 @@ func (r Result) RetryAfterSeconds() int {
 //	                  (Burst/Rate, rounded up, at least 1)
 //	current           calls counted against the bucket (Burst - Remaining)
 //	retryAfterSeconds RetryAfterSeconds(), equal to the Retry-After header
+//	rule, per         Rule and Per, the rule that refused (only when Rule
+//	                  is set, that is from TakeAll)
 //
 // All values are ints except scope. The caller owns the returned map.
 func (r Result) Details() map[string]any {
@@ -95,13 +105,17 @@ func (r Result) Details() map[string]any {
 	if r.Limit.Rate > 0 {
 		window = ceilSeconds(refillTime(float64(r.Limit.Burst), r.Limit.Rate))
 	}
-	return map[string]any{
+	d := map[string]any{
 		"scope":             "tool",
 		"limit":             r.Limit.Burst,
 		"window":            window,
 		"current":           r.Limit.Burst - r.Remaining,
 		"retryAfterSeconds": r.RetryAfterSeconds(),
 	}
+	if r.Rule != "" {
+		d["rule"], d["per"] = r.Rule, r.Per
+	}
+	return d
 }
 
 // Err returns nil when r.Allowed, and otherwise an *errcode.Error with code

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -361,4 +362,90 @@ func (s *shard) unlink(i int32) {
 		s.tail = b.prev
 	}
 	b.prev, b.next = -1, -1
+}
+
+var _ MultiLimiter = (*Memory)(nil)
+
+// TakeAll takes one token from each of buckets, all or none (MultiLimiter):
+// the shards involved are locked together, in ascending order, so no other
+// take sees a partial result. Errors are those of Take, plus ErrNoBuckets
+// and ErrDuplicateBucket. It is safe for concurrent use.
+func (m *Memory) TakeAll(ctx context.Context, buckets []Bucket) (Result, int, error) {
+	if err := checkBuckets(ctx, buckets); err != nil {
+		return Result{}, -1, err
+	}
+	hs := make([]uint64, len(buckets))
+	var locked []uint64
+	for i, b := range buckets {
+		hs[i] = maphash.Comparable(m.seed, b.Key)
+		if si := (hs[i] >> 32) & m.mask; !slices.Contains(locked, si) {
+			locked = append(locked, si)
+		}
+	}
+	slices.Sort(locked)
+	now := m.elapsed()
+	for _, si := range locked {
+		m.shards[si].mu.Lock()
+	}
+	defer func() {
+		for _, si := range locked {
+			m.shards[si].mu.Unlock()
+		}
+	}()
+	// Phase 1: refill every bucket (creating a full one for a new key,
+	// which is the same as no bucket) and see whether each has a token.
+	rs := make([]Result, len(buckets))
+	allowed := true
+	for i, b := range buckets {
+		s := &m.shards[(hs[i]>>32)&m.mask]
+		bk := s.touch(hs[i], now, b.Limit)
+		if bk.tokens >= 1 {
+			rs[i] = Result{Allowed: true, Limit: b.Limit, Remaining: int(bk.tokens - 1)}
+		} else {
+			allowed = false
+			rs[i] = Result{Limit: b.Limit, RetryAfter: retryAfter(bk.tokens, b.Limit.Rate)}
+		}
+	}
+	if !allowed {
+		for i := range rs {
+			rs[i].Allowed, rs[i].Remaining = false, 0
+		}
+		r, idx := combine(buckets, rs)
+		return r, idx, nil
+	}
+	// Phase 2: take one token from each. A bucket evicted by a later
+	// bucket's allocation in phase 1 (a shard smaller than the call) was
+	// forgotten and counts as full, as in Memory's lossy eviction.
+	for i := range buckets {
+		s := &m.shards[(hs[i]>>32)&m.mask]
+		if j, ok := s.index[hs[i]]; ok {
+			s.buckets[j].tokens--
+		}
+	}
+	r, idx := combine(buckets, rs)
+	return r, idx, nil
+}
+
+// touch finds or creates the bucket of hash h, refills it and applies limit,
+// as take does, and returns it without taking a token. The caller holds s.mu.
+func (s *shard) touch(h uint64, now int64, limit Limit) *bucket {
+	i, ok := s.index[h]
+	if !ok {
+		i = s.alloc(now)
+		s.index[h] = i
+		s.buckets[i] = bucket{hash: h, tokens: float64(limit.Burst), last: now, rate: limit.Rate, burst: limit.Burst}
+		s.pushFront(i)
+		return &s.buckets[i]
+	}
+	b := &s.buckets[i]
+	b.refill(now)
+	if b.rate != limit.Rate || b.burst != limit.Burst {
+		b.rate, b.burst = limit.Rate, limit.Burst
+		b.tokens = min(b.tokens, float64(limit.Burst))
+	}
+	if s.head != i {
+		s.unlink(i)
+		s.pushFront(i)
+	}
+	return b
 }

@@ -654,11 +654,19 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 	// rate limit, before an approval is requested (DESIGN.md: decide →
 	// rate limit → approval), so a principal past its limit cannot queue
-	// approvals for people to wade through.
-	if rate, burst, ok := st.Policy.RateLimit(res.ToolID); ok {
-		key := ratelimit.Key{Tenant: c.Principal.Tenant, Principal: c.Principal.ID, ToolID: res.ToolID}
-		rl, err := p.opts.Limiter.Take(ctx, key, ratelimit.Limit{Rate: rate, Burst: burst})
+	// approvals for people to wade through. Every applicable ratelimits
+	// entry's bucket, all or none.
+	if rules := st.Policy.RateLimits(res.ToolID); len(rules) > 0 {
+		buckets := make([]ratelimit.Bucket, len(rules))
+		for i, r := range rules {
+			buckets[i] = ratelimit.Bucket{Key: limitKey(r, c.Principal, res.ToolID),
+				Limit: ratelimit.Limit{Rate: r.Rate, Burst: r.Burst}, Rule: r.Label(), Per: r.Per}
+		}
+		rl, _, err := ratelimit.TakeAll(ctx, p.opts.Limiter, buckets)
 		if err != nil {
+			if errors.Is(err, ratelimit.ErrUnavailable) {
+				return p.refuse(rec, cs, audit.StatusRateLimited, errcode.Wrap(errcode.RateLimitUnavailable, err, "rate limiter unavailable (fail closed)"))
+			}
 			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
 		}
 		if !rl.Allowed {
@@ -1203,4 +1211,22 @@ func (p *Pipeline) internal(res *Result, err error) (*Result, error) {
 	res.Status, res.Output = audit.StatusError, nil
 	res.Err = errcode.Wrap(errcode.Internal, err, "recording the call")
 	return res, nil
+}
+
+// limitKey returns the bucket key of rule r for a call of toolID by
+// principal pr: the fields r.Per keys on, the others left "", and the rule's
+// label so that two rules never share a bucket.
+func limitKey(r policy.RateLimitRule, pr policy.Principal, toolID string) ratelimit.Key {
+	k := ratelimit.Key{Rule: r.Label()}
+	switch r.Per {
+	case policy.PerPrincipalTool:
+		k.Tenant, k.Principal, k.ToolID = pr.Tenant, pr.ID, toolID
+	case policy.PerTenantTool:
+		k.Tenant, k.ToolID = pr.Tenant, toolID
+	case policy.PerTool:
+		k.ToolID = toolID
+	case policy.PerPrincipal:
+		k.Tenant, k.Principal = pr.Tenant, pr.ID
+	}
+	return k
 }
