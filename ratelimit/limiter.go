@@ -185,3 +185,10 @@ func ceilSeconds(d time.Duration) int {
 	}
 	return int(max(s, 1))
 }
+
+// RetryAfter returns the wait until a bucket holding tokens (< 1 tokens)
+// and refilling at rate tokens/s holds one whole token, rounded up to the
+// nanosecond so that a take exactly that much later is allowed: the
+// Result.RetryAfter of a refusal. Backends other than Memory (ratelimit/redis)
+// use it so every backend answers the same Retry-After.
+func RetryAfter(tokens, rate float64) time.Duration { return retryAfter(tokens, rate) }
