@@ -116,7 +116,6 @@ func TestValidate(t *testing.T) {
 	for _, c := range []struct{ section, want string }{
 		{"store: {driver: memory}", `store.driver "memory": serve supports sqlite and postgres`},
 		{"store: {driver: postgres, dsn: 'postgres://127.0.0.1/test'}\naudit: {retention: 720h}", `audit.retention: serve prunes the sqlite store only`},
-		{"ratelimit: {backend: redis, url: 'redis://127.0.0.1:6379'}", `ratelimit.backend "redis": serve supports memory`},
 	} {
 		p := writeFile(t, "backend.yaml", string(demoConfig)+"\n"+c.section+"\n")
 		code, out, errOut := run(t, "", "validate", "--config", p)

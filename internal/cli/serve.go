@@ -33,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
+	rlredis "github.com/toolgate/toolgate/ratelimit/redis"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/sqlite"
@@ -198,8 +199,13 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			h.Close()
 		}
 	}()
+	limiter, closeLimiter, err := buildLimiter(ctx, cfg, logger)
+	if err != nil {
+		return failure("%v", err)
+	}
+	defer closeLimiter()
 	pipe, err := pipeline.New(pipeline.Options{
-		Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Redactor: redactor,
+		Limiter: limiter, Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
 		Approver: approvals, Hooks: hooks,
 	})
@@ -459,4 +465,25 @@ func logPolicyWarnings(log *slog.Logger, cfg *config.Config) {
 	for _, w := range cfg.Policy.Warnings() {
 		log.Warn("policy warning", "at", w.Pos.String(), "warning", w.Message)
 	}
+}
+
+// limiterConnectTimeout bounds serve's and validate's first contact with a
+// shared rate limiter (Redis).
+const limiterConnectTimeout = 5 * time.Second
+
+// buildLimiter returns the rate limiter cfg.RateLimit selects and its
+// closer: in-process buckets (memory), or Redis, which must answer within
+// limiterConnectTimeout (serve fails fast when it does not).
+func buildLimiter(ctx context.Context, cfg *config.Config, logger *slog.Logger) (ratelimit.Limiter, func(), error) {
+	if cfg.RateLimit.Backend != "redis" {
+		return ratelimit.NewMemory(ratelimit.MemoryOptions{}), func() {}, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, limiterConnectTimeout)
+	defer cancel()
+	l, err := rlredis.New(cctx, rlredis.Options{URL: cfg.RateLimit.URL, Prefix: cfg.RateLimit.KeyPrefix,
+		AllowUnavailable: cfg.RateLimit.OnUnavailable == "allow", Logger: logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("ratelimit.backend redis: %v", err)
+	}
+	return l, func() { l.Close() }, nil
 }

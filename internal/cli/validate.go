@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 
 func newValidateCmd() *cobra.Command {
 	var file string
+	var offline bool
 	cmd := &cobra.Command{
 		Use:   "validate --config FILE",
 		Short: "Check a configuration file and report every issue with file:line",
@@ -20,8 +23,10 @@ func newValidateCmd() *cobra.Command {
 validate every section and compile the policy (CEL conditions type-checked). All issues of every
 section are reported at once, one per line as file:line:col: message. What serve would hit with the
 file here is an issue too: a backend the config format names but this build's serve lacks
-(store.driver memory, ratelimit.backend redis, audit.retention on postgres), a stdio command not found on PATH or
-not executable, a rule naming a server that is not configured. Nothing is started or connected.
+(store.driver memory, audit.retention on postgres), a stdio command not found on PATH or not
+executable, a rule naming a server that is not configured, and a shared backend
+(ratelimit.backend redis) that does not answer within 5s (--offline skips that check). Nothing is
+started, and nothing but that backend is connected to.
 Credentials that this environment cannot read are warnings (serve reads its own environment), and
 so is a policy rule that applies startsWith to an argument named like a path (use path.isUnder).
 Exits 0 when the file is valid, 1 otherwise.`,
@@ -40,6 +45,9 @@ Exits 0 when the file is valid, 1 otherwise.`,
 				issues = append(issues, backendIssues(cfg)...)
 				issues = append(issues, cfg.CommandIssues()...)
 				issues = append(issues, cfg.ServerRefIssues()...)
+				if !offline && len(issues) == 0 {
+					issues = append(issues, reachIssues(cmd.Context(), cfg)...)
+				}
 			}
 			// Suspicious but valid policy (startsWith on a path argument):
 			// warnings, located like issues, printed with them too.
@@ -75,14 +83,14 @@ Exits 0 when the file is valid, 1 otherwise.`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
+	cmd.Flags().BoolVar(&offline, "offline", false, "do not check that shared backends (Redis) answer")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
 // servable reports a valid configuration that this build's serve cannot
 // run: the config format already names backends (store.driver memory,
-// ratelimit.backend redis, retention on postgres) that serve does not
-// have yet, and
+// retention on postgres) that serve does not have yet, and
 // validate must not call such a file OK.
 func servable(cfg *config.Config) error {
 	if is := backendIssues(cfg); len(is) > 0 {
@@ -101,10 +109,6 @@ func backendIssues(cfg *config.Config) policy.Issues {
 	if cfg.Store.Driver == "postgres" && cfg.Audit.Retention != "" {
 		is = append(is, policy.Issue{Pos: cfg.PosOf("audit", "retention"),
 			Message: "audit.retention: serve prunes the sqlite store only (retention on postgres is not built yet)"})
-	}
-	if cfg.RateLimit.Backend == "redis" {
-		is = append(is, policy.Issue{Pos: cfg.PosOf("ratelimit", "backend"),
-			Message: fmt.Sprintf("ratelimit.backend %q: serve supports memory (redis is not built yet)", cfg.RateLimit.Backend)})
 	}
 	return is
 }
@@ -130,4 +134,22 @@ func loadConfig(file string) (*config.Config, error) {
 		return nil, failure("%s has %d issue(s):\n%s", file, len(issues), issues.Error())
 	}
 	return nil, failure("%v", err)
+}
+
+// reachIssues reports a shared backend of cfg that does not answer within
+// limiterConnectTimeout: today ratelimit.backend redis, located at
+// ratelimit.url.
+func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
+	if cfg.RateLimit.Backend != "redis" {
+		return nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, closeLimiter, err := buildLimiter(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return policy.Issues{{Pos: cfg.PosOf("ratelimit", "url"), Message: err.Error()}}
+	}
+	closeLimiter()
+	return nil
 }

@@ -103,6 +103,9 @@ type RateLimit struct {
 	Backend       string `yaml:"backend"` // memory (default) | redis
 	URL           string `yaml:"url"`
 	OnUnavailable string `yaml:"on_unavailable"` // deny (default) | allow
+	// KeyPrefix starts every Redis key of the redis backend (default
+	// "toolgate:rl:"); replicas that share limits use the same prefix.
+	KeyPrefix string `yaml:"key_prefix"`
 }
 
 // Audit controls event content and durability.
@@ -742,6 +745,12 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if c.RateLimit.Backend == "redis" && c.RateLimit.URL == "" {
 		add(at("ratelimit"), "ratelimit.url is required for the redis backend")
+	}
+	if u := c.RateLimit.URL; u != "" && !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") && !strings.HasPrefix(u, "unix://") {
+		add(at("ratelimit", "url"), "ratelimit.url: want redis://host:port[/db], rediss:// (TLS) or unix://path")
+	}
+	if c.RateLimit.KeyPrefix != "" && c.RateLimit.Backend != "redis" {
+		add(at("ratelimit", "key_prefix"), "ratelimit.key_prefix applies to the redis backend only")
 	}
 	if !oneOf(c.RateLimit.OnUnavailable, "deny", "allow") {
 		add(at("ratelimit", "on_unavailable"), "ratelimit.on_unavailable %q: want deny or allow", c.RateLimit.OnUnavailable)

@@ -286,3 +286,24 @@ func TestAuditReadersScope(t *testing.T) {
 		t.Fatalf("a readers_scope with a space: %v", err)
 	}
 }
+
+// TestRateLimitRedisKeys: ratelimit.url must be a Redis URL and key_prefix
+// only goes with the redis backend, each located; a valid redis section
+// decodes with its defaults (on_unavailable deny).
+func TestRateLimitRedisKeys(t *testing.T) {
+	_, err := Parse("c.yaml", []byte("ratelimit:\n  backend: redis\n  url: http://127.0.0.1:6379\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:3:8: ratelimit.url: want redis://") {
+		t.Errorf("http url: %v", err)
+	}
+	_, err = Parse("c.yaml", []byte("ratelimit:\n  key_prefix: x\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:2:15: ratelimit.key_prefix applies to the redis backend only") {
+		t.Errorf("key_prefix on memory: %v", err)
+	}
+	c, err := Parse("c.yaml", []byte("ratelimit: {backend: redis, url: 'redis://127.0.0.1:6379/0', key_prefix: 'tg:'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RateLimit.OnUnavailable != "deny" || c.RateLimit.KeyPrefix != "tg:" {
+		t.Errorf("decoded %+v", c.RateLimit)
+	}
+}

@@ -93,8 +93,10 @@ func decodeCall(body []byte) (CallRequest, error) {
 //     caller may see: details {scope "tool", toolName, requiredScopes,
 //     ruleId?, missingScopes?, callId, runId, receiptId};
 //   - 429 rate_limited with Retry-After: details {scope "tool", limit,
-//     window, current, retryAfterSeconds, toolName, callId, runId,
-//     receiptId};
+//     window, current, retryAfterSeconds, rule ("ratelimits[i]"), per,
+//     toolName, callId, runId, receiptId};
+//   - 503 ratelimit_unavailable when the shared rate limiter (Redis) could
+//     not answer and ratelimit.on_unavailable is deny (fail closed);
 //   - 404 not_found, identical for an unknown tool and one the caller may
 //     not see (the refusal is still recorded, DESIGN.md decision 5);
 //   - 400 invalid_argument for arguments the tool's inputSchema rejects
@@ -129,6 +131,9 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Prin
 	}
 	switch res.Status {
 	case audit.StatusForbidden:
+		if res.Err.Code == errcode.RateLimitUnavailable { // the gate could not decide: 503, retry later
+			return withStatus(http.StatusServiceUnavailable, res.Err.WithDetails(refs))
+		}
 		return withStatus(http.StatusForbidden, res.Err.WithDetails(refs))
 	case audit.StatusRateLimited:
 		return withStatus(http.StatusTooManyRequests, res.Err.WithDetails(refs))

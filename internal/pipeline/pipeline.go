@@ -665,7 +665,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		rl, _, err := ratelimit.TakeAll(ctx, p.opts.Limiter, buckets)
 		if err != nil {
 			if errors.Is(err, ratelimit.ErrUnavailable) {
-				return p.refuse(rec, cs, audit.StatusRateLimited, errcode.Wrap(errcode.RateLimitUnavailable, err, "rate limiter unavailable (fail closed)"))
+				return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.RateLimitUnavailable, err, "rate limiter unavailable (fail closed)"))
 			}
 			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
 		}
