@@ -25,23 +25,20 @@
 // backend for a single node (DESIGN decision 10): sharded, bounded in memory
 // (MemoryOptions.MaxKeys), driven by an injected clock.
 //
-// A Redis backend (package ratelimit/redis, not part of this package) will
-// satisfy the same interface for many replicas using GCRA, the generic cell
-// rate algorithm, which admits exactly the same call sequences as this token
-// bucket. Its state per key is one timestamp, the theoretical arrival time
-// TAT: the instant the bucket would be full again. With emission interval
-// T = 1/Rate, a take at time t is allowed iff TAT - t <= (Burst-1)·T, and then
-// TAT becomes max(TAT, t) + T; remaining tokens are Burst - ceil((TAT-t)/T) and
-// RetryAfter is TAT - t - (Burst-1)·T. One EVALSHA per Take runs this in Lua,
-// atomically on the server, reading the server's own clock (TIME) so replica
-// clock skew does not matter, and sets PEXPIRE to TAT - t so that a refilled
-// bucket disappears on its own (the same "a full bucket is no bucket" rule
-// Memory uses for eviction). Rate and Burst travel as script arguments on
-// every call, so a policy reload applies from the next take, as in Memory.
-// When Redis cannot answer (connection refused, timeout, script error) Take
-// returns an error; the pipeline then denies the call (DESIGN decision 1)
-// unless ratelimit.on_unavailable in the configuration selects a fallback
-// (for example a per-replica Memory limiter).
+// MultiLimiter adds TakeAll: one token from each of several buckets, all or
+// none, for a call that several policy entries limit at once (per
+// principal_tool, tenant_tool, tool and principal; Key.Rule keeps their
+// buckets apart). TakeAll (the function) uses it, and takes a single bucket
+// on any Limiter; several buckets on a plain Limiter fail with ErrNotAtomic.
+// The package ratelimittest is the behaviour suite every backend passes.
+//
+// Package ratelimit/redis is the shared backend for many replicas: GCRA,
+// the generic cell rate algorithm, which admits exactly the same call
+// sequences as this token bucket, run by one Lua script per call over all
+// of its buckets, on Redis's own clock (TIME). When Redis cannot answer,
+// its Take returns an error wrapping ErrUnavailable and the pipeline refuses
+// the call with ratelimit_unavailable (DESIGN decision 1), unless
+// ratelimit.on_unavailable: allow lets it through.
 //
 // ParseRate converts the configuration syntax ("10/s", "100/m") to tokens per
 // second.

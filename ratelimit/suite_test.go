@@ -1,6 +1,8 @@
 package ratelimit_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/toolgate/toolgate/ratelimit"
@@ -27,5 +29,34 @@ func TestMemoryTakeAllTinyShard(t *testing.T) {
 	}
 	if m.Len() != 1 {
 		t.Fatalf("Len %d, want 1", m.Len())
+	}
+}
+
+// plain is a Limiter that is not a MultiLimiter.
+type plain struct{ m *ratelimit.Memory }
+
+func (p plain) Take(ctx context.Context, k ratelimit.Key, l ratelimit.Limit) (ratelimit.Result, error) {
+	return p.m.Take(ctx, k, l)
+}
+
+// TestTakeAllOnPlainLimiter: one bucket is a plain Take (with the rule
+// named); several fail closed with ErrNotAtomic and take nothing.
+func TestTakeAllOnPlainLimiter(t *testing.T) {
+	l := plain{ratelimit.NewMemory(ratelimit.MemoryOptions{})}
+	lim := ratelimit.Limit{Rate: 1.0 / 3600, Burst: 1}
+	a := ratelimit.Bucket{Key: ratelimit.Key{ToolID: "a"}, Limit: lim, Rule: "ratelimits[0]", Per: "tool"}
+	b := ratelimit.Bucket{Key: ratelimit.Key{ToolID: "b"}, Limit: lim, Rule: "ratelimits[1]", Per: "tool"}
+	if _, _, err := ratelimit.TakeAll(t.Context(), l, []ratelimit.Bucket{a, b}); !errors.Is(err, ratelimit.ErrNotAtomic) {
+		t.Fatalf("two buckets on a plain Limiter: %v", err)
+	}
+	r, i, err := ratelimit.TakeAll(t.Context(), l, []ratelimit.Bucket{a})
+	if err != nil || !r.Allowed || i != 0 || r.Rule != "ratelimits[0]" {
+		t.Fatalf("one bucket: %+v %d %v", r, i, err)
+	}
+	if r, _, _ := ratelimit.TakeAll(t.Context(), l, []ratelimit.Bucket{b}); !r.Allowed {
+		t.Fatal("the refused TakeAll took from b")
+	}
+	if _, _, err := ratelimit.TakeAll(t.Context(), l, nil); !errors.Is(err, ratelimit.ErrNoBuckets) {
+		t.Fatalf("no buckets: %v", err)
 	}
 }
