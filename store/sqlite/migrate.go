@@ -4,52 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"io/fs"
-	"path"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/store"
 )
-
-// migration is one numbered schema step, migrations/NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads every migrations/NNNN_name.sql of fsys, sorted by
-// version. Numbers must be unique and positive.
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "load migrations")
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, rest, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 || rest == "" {
-			return nil, errcode.Errorf(errcode.Internal, "load migrations: %s is not named NNNN_name.sql", base)
-		}
-		body, err := fs.ReadFile(fsys, n)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.Internal, err, "load migrations")
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(body)})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, errcode.Errorf(errcode.Internal, "load migrations: version %d is used twice", ms[i].version)
-		}
-	}
-	return ms, nil
-}
 
 // migrate applies the migrations of fsys that conn's database lacks, in
 // version order, all in one IMMEDIATE transaction that also records each in
@@ -59,7 +18,7 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 // wrote it); AuditUnavailable if a statement fails (nothing is applied
 // then).
 func migrate(ctx context.Context, conn *sql.Conn, fsys fs.FS) (applied []int, err error) {
-	ms, err := loadMigrations(fsys)
+	ms, err := store.LoadMigrations(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +58,7 @@ func migrate(ctx context.Context, conn *sql.Conn, fsys fs.FS) (applied []int, er
 	}
 	known := map[int]bool{}
 	for _, m := range ms {
-		known[m.version] = true
+		known[m.Version] = true
 	}
 	for v := range have {
 		if !known[v] {
@@ -108,16 +67,16 @@ func migrate(ctx context.Context, conn *sql.Conn, fsys fs.FS) (applied []int, er
 	}
 	now := fmtTime(time.Now())
 	for _, m := range ms {
-		if have[m.version] {
+		if have[m.Version] {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
-			return nil, store.Unavailable("migrate: apply "+m.name, err)
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return nil, store.Unavailable("migrate: apply "+m.Name, err)
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.version, m.name, now); err != nil {
-			return nil, store.Unavailable("migrate: record "+m.name, err)
+		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", m.Version, m.Name, now); err != nil {
+			return nil, store.Unavailable("migrate: record "+m.Name, err)
 		}
-		applied = append(applied, m.version)
+		applied = append(applied, m.Version)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return nil, store.Unavailable("migrate: commit", err)

@@ -207,14 +207,14 @@ func TestMigrations(t *testing.T) {
 		t.Fatalf("second migrate: %v, %v; want none", applied, err)
 	}
 	// A later migration applies alone; a failing one applies nothing.
-	shipped, err := loadMigrations(migrationFS)
+	shipped, err := store.LoadMigrations(migrationFS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := func() fstest.MapFS {
 		fs := fstest.MapFS{}
 		for _, m := range shipped {
-			fs["migrations/"+m.name+".sql"] = &fstest.MapFile{Data: []byte("SELECT 1")}
+			fs["migrations/"+m.Name+".sql"] = &fstest.MapFile{Data: []byte("SELECT 1")}
 		}
 		return fs
 	}
@@ -248,8 +248,8 @@ func TestMigrations(t *testing.T) {
 		{"migrations/init.sql": {Data: []byte("SELECT 1")}},
 		{"migrations/0001_a.sql": {Data: []byte("SELECT 1")}, "migrations/01_b.sql": {Data: []byte("SELECT 1")}},
 	} {
-		if _, err := loadMigrations(bad); err == nil {
-			t.Errorf("loadMigrations(%v) accepted bad names", bad)
+		if _, err := store.LoadMigrations(bad); err == nil {
+			t.Errorf("store.LoadMigrations(%v) accepted bad names", bad)
 		}
 	}
 }
