@@ -126,7 +126,14 @@ func wantCodeAsync(t testing.TB, err error, code errcode.Code, what string) {
 // batch that also linked a receipt fails the whole batch, rolls the chain
 // back, and the store recovers when space returns.
 func TestDiskFull(t *testing.T) {
-	s := openAt(t, tempDB(t), Options{})
+	// The two appends below must share one batch, and not the blocking
+	// operation's: a batch stops taking requests MaxDelay after it began. A
+	// 1 ns MaxDelay ends the blocking batch at its first request; while the
+	// writer is blocked, maxDelay becomes a minute, which no loaded machine
+	// (the race detector, parallel packages) passes while the receipt is
+	// applied. (The writer reads maxDelay after the blocking operation
+	// returns, which happens after release.)
+	s := openAt(t, tempDB(t), Options{MaxDelay: time.Nanosecond})
 	ctx := context.Background()
 	first := rcpt("first")
 	if err := s.AppendReceipt(ctx, first); err != nil {
@@ -154,6 +161,7 @@ func TestDiskFull(t *testing.T) {
 	// One batch: a receipt (small, fits), then an event too big for the
 	// remaining pages.
 	release := blockWriter(t, s)
+	s.w.maxDelay = time.Minute
 	doomed := rcpt("doomed")
 	big := event(t, "acme", "run_big", 0, 256<<10)
 	errs := make(chan error, 2)
