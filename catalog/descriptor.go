@@ -226,6 +226,26 @@ func MCPResourceID(server string) string { return scopeMCP + server + "/resource
 // holds it. Pure; safe for concurrent use.
 func MCPPromptID(server, prompt string) string { return scopeMCP + server + "#" + prompt }
 
+// ParseTargetID splits a resource or prompt id of the MCP surfaces
+// (MCPResourceID, MCPPromptID) into its server and prompt name. kind is
+// "resource" (prompt empty), "prompt" (prompt may be empty for
+// "mcp:<server>#", which callers refuse), or "" when id is neither: a tool
+// id, another scheme, or a server name ValidServerName refuses. Pure; safe
+// for concurrent use.
+func ParseTargetID(id string) (server, prompt, kind string) {
+	rest, ok := strings.CutPrefix(id, scopeMCP)
+	if !ok {
+		return "", "", ""
+	}
+	if s, p, found := strings.Cut(rest, "#"); found && ValidServerName(s) == nil {
+		return s, p, "prompt"
+	}
+	if s, found := strings.CutSuffix(rest, "/resource"); found && ValidServerName(s) == nil {
+		return s, "", "resource"
+	}
+	return "", "", ""
+}
+
 // NativeToolID returns the canonical toolId of a native Go tool:
 // "native:<name>". It does not validate name. Pure; safe for concurrent use.
 func NativeToolID(name string) string { return scopeNative + name }

@@ -190,19 +190,17 @@ func descriptorFor(cfg *config.Config, name string) (catalog.ToolDescriptor, err
 // ok is false when name is not one. Errors: a server that is not
 // configured, an empty prompt name.
 func targetDescriptor(cfg *config.Config, name string) (d catalog.ToolDescriptor, ok bool, err error) {
-	rest, isMCP := strings.CutPrefix(name, "mcp:")
-	if !isMCP {
-		return d, false, nil
-	}
-	var server, id string
-	if s, prompt, found := strings.Cut(rest, "#"); found && catalog.ValidServerName(s) == nil {
+	server, prompt, kind := catalog.ParseTargetID(name)
+	var id string
+	switch kind {
+	case "prompt":
 		if prompt == "" {
 			return d, true, fmt.Errorf("--tool %q: want mcp:<server>#<prompt> with a prompt name", name)
 		}
-		server, id = s, catalog.MCPPromptID(s, prompt)
-	} else if s, found := strings.CutSuffix(rest, "/resource"); found && catalog.ValidServerName(s) == nil {
-		server, id = s, catalog.MCPResourceID(s)
-	} else {
+		id = catalog.MCPPromptID(server, prompt)
+	case "resource":
+		id = catalog.MCPResourceID(server)
+	default:
 		return d, false, nil
 	}
 	if !slices.ContainsFunc(cfg.Servers, func(s config.Server) bool { return s.Name == server }) {

@@ -265,7 +265,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope})
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target})
 	if err != nil {
 		return failure("%v", err)
 	}

@@ -508,3 +508,47 @@ func TestSessionLifecycleOverMCP(t *testing.T) {
 		<-tick.C
 	}
 }
+
+// TestExplainTargets: POST /v1/policy/explain answers for the gate's
+// resource and prompt ids (mcp:<server>/resource with args.uri,
+// mcp:<server>#<prompt>) as the MCP surfaces decide them, and such an id of
+// an unconfigured server, or one the caller may not use at all, answers
+// 404 exactly as an unknown tool.
+func TestExplainTargets(t *testing.T) {
+	s := startServeWith(t, false, `policy:
+  default: deny
+  rules:
+    - {id: docs, effect: allow, tools: ["mcp:up/resource"], when: 'args.uri.startsWith("docs://")', reason: "docs only"}
+    - {id: greet, effect: allow, tools: ["mcp:up#greet"], when: 'principal.tenant == "a"'}
+`)
+	var x struct{ ToolID, Decision, Rule, Reason string }
+	explain := func(who string, body map[string]any) response {
+		t.Helper()
+		return s.do(t, who, "POST", "/v1/policy/explain", body)
+	}
+	r := explain("alice", map[string]any{"toolId": "mcp:up/resource", "args": map[string]any{"uri": "docs://readme"}})
+	r.json(t, &x)
+	if r.status != 200 || x.ToolID != "mcp:up/resource" || x.Decision != "allow" || x.Rule != "docs" {
+		t.Fatalf("resource explain: %d %s", r.status, r.body)
+	}
+	r = explain("alice", map[string]any{"toolId": "mcp:up/resource", "args": map[string]any{"uri": "file:///etc/passwd"}})
+	r.json(t, &x)
+	if r.status != 200 || x.Decision != "deny" {
+		t.Errorf("resource explain of another URI: %d %s", r.status, r.body)
+	}
+	r = explain("alice", map[string]any{"toolId": "mcp:up#greet"})
+	r.json(t, &x)
+	if r.status != 200 || x.ToolID != "mcp:up#greet" || x.Decision != "allow" || x.Rule != "greet" {
+		t.Errorf("prompt explain: %d %s", r.status, r.body)
+	}
+	unknown := explain("alice", map[string]any{"toolId": "mcp:nope/resource"})
+	if unknown.status != 404 {
+		t.Fatalf("unconfigured server: %d %s", unknown.status, unknown.body)
+	}
+	// bob (tenant b) may use no prompt greet: the prompt is hidden from him,
+	// and hidden answers like unknown.
+	hidden := explain("bob", map[string]any{"toolId": "mcp:up#greet"})
+	if hidden.status != 404 {
+		t.Errorf("hidden prompt: %d %s", hidden.status, hidden.body)
+	}
+}

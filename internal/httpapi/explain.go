@@ -83,8 +83,9 @@ func decodeExplain(body []byte) (ExplainRequest, error) {
 // must be of the caller's tenant (tenant empty or equal): admins are
 // tenant-scoped.
 //
-// Which tools: only a tool the caller may see; any other id answers 404
-// exactly as an unknown one. Errors: invalid_argument (400) for a bad body
+// Which tools: only a tool the caller may see, or a resource or prompt id
+// of a configured server (Options.Targets) some use of which the caller may
+// be allowed; any other id answers 404 exactly as an unknown one. Errors: invalid_argument (400) for a bad body
 // (a member given twice included) or arguments a call would refuse (a
 // duplicate key), ambiguous_tool as for POST /v1/calls, 413 for an oversize
 // body.
@@ -111,10 +112,16 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.
 		subject = policy.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
 	}
 	t, err := h.pipe.State().Catalog.Resolve(req.ToolID)
+	var target bool // a resource or prompt id, not a catalog tool
+	if err != nil && errcode.CodeOf(err) == errcode.NotFound && h.opts.Targets != nil {
+		if tt, ok := h.opts.Targets(req.ToolID); ok {
+			t, err, target = tt, nil, true
+		}
+	}
 	if err != nil {
 		return h.callError(r, caller, req.ToolID, nil, err)
 	}
-	if !h.pipe.Visible(r.Context(), caller, t.Descriptor.ToolID) {
+	if target && !h.pipe.DiscloseTarget(r.Context(), caller, t, nil) || !target && !h.pipe.Visible(r.Context(), caller, t.Descriptor.ToolID) {
 		return notFoundTool(req.ToolID)
 	}
 	// The arguments' parse is the call's (strict: a duplicate key is
@@ -127,7 +134,12 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.
 		}
 		return invalid("args", "arguments must be a JSON object: %s", clip(msg, 500))
 	}
-	x, _, err := h.pipe.Explain(r.Context(), subject, t.Descriptor.ToolID, req.Args)
+	var x policy.Explanation
+	if target {
+		x, err = h.pipe.ExplainTarget(r.Context(), subject, t, req.Args)
+	} else {
+		x, _, err = h.pipe.Explain(r.Context(), subject, t.Descriptor.ToolID, req.Args)
+	}
 	if err != nil {
 		if errcode.CodeOf(err) == errcode.InvalidArgument {
 			return errcode.As(err).WithDetails(map[string]any{"field": "args"})

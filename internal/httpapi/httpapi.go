@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
@@ -87,6 +88,12 @@ type Options struct {
 	// Heartbeat is the SSE keep-alive comment interval; 0 means
 	// DefaultHeartbeat.
 	Heartbeat time.Duration
+	// Targets resolves the ids of the MCP surfaces that the catalog does
+	// not hold (resources "mcp:<server>/resource", prompts
+	// "mcp:<server>#<prompt>") for POST /v1/policy/explain; ok false means
+	// not such an id of a configured server. Nil: those ids answer 404 like
+	// unknown tools. The MCP gateway's Target.
+	Targets func(id string) (t *catalog.Tool, ok bool)
 	// Logger receives operator logs; nil discards.
 	Logger *slog.Logger
 	// Approvals serves the approval inbox (GET /v1/approvals, POST

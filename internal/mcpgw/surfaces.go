@@ -118,6 +118,26 @@ func (g *Gateway) target(server, id, name string) *catalog.Tool {
 	return &catalog.Tool{Descriptor: d, Transport: catalog.TransportMCP, Server: server, Name: name}
 }
 
+// Target returns the classified target of a resource or prompt id
+// ("mcp:<server>/resource", "mcp:<server>#<prompt>") of a configured
+// server, as resources/read and prompts/get decide it; ok is false for any
+// other id, an unconfigured server or an empty prompt name. The prompt need
+// not exist upstream: the decision is made on the id. Safe for concurrent
+// use.
+func (g *Gateway) Target(id string) (t *catalog.Tool, ok bool) {
+	server, prompt, kind := catalog.ParseTargetID(id)
+	if _, configured := g.ups[server]; !configured {
+		return nil, false
+	}
+	switch {
+	case kind == "resource":
+		return g.resourceTarget(server), true
+	case kind == "prompt" && prompt != "":
+		return g.promptTarget(server, prompt), true
+	}
+	return nil, false
+}
+
 func (g *Gateway) resourceTarget(server string) *catalog.Tool {
 	return g.target(server, catalog.MCPResourceID(server), "resource")
 }

@@ -359,6 +359,23 @@ func (p *Pipeline) Visible(ctx context.Context, principal policy.Principal, tool
 	return st.Policy.Disclose(ctx, &in)
 }
 
+// ExplainTarget is Explain for a target that is not in the catalog: a
+// resource or prompt of the MCP surfaces (see DiscloseTarget), decided on
+// its classified descriptor. Errors: invalid_argument for args that are
+// not a JSON object.
+func (p *Pipeline) ExplainTarget(ctx context.Context, principal policy.Principal, t *catalog.Tool, args json.RawMessage) (policy.Explanation, error) {
+	st := p.state.Load()
+	m, err := decodeArgs(args)
+	if err != nil {
+		return policy.Explanation{}, err
+	}
+	in := policy.Input{Principal: principal, Tool: PolicyTool(&t.Descriptor), Args: m, ArgsKnown: true, Now: p.opts.Now(), Call: policy.Call{Transport: "mcp"}}
+	if st.Policy == nil {
+		return policy.Explanation{Decision: noPolicy()}, nil
+	}
+	return st.Policy.Explain(ctx, &in), nil
+}
+
 // Explain returns the policy's explanation of (principal, tool, args).
 func (p *Pipeline) Explain(ctx context.Context, principal policy.Principal, toolName string, args json.RawMessage) (policy.Explanation, *catalog.Tool, error) {
 	st := p.state.Load()
