@@ -43,10 +43,26 @@
 // The writer links receipts through the store's receipt.Chain inside the
 // transaction, and a batch that linked receipts stores a signed checkpoint
 // over the new head in the same transaction. On Open the chain resumes
-// after the last stored receipt of the signer's chain. Each replica must
-// sign with its own key: two Stores signing one chain would fork it (the
-// second one's inserts fail on the (chain_id, seq) key and its writes fail
-// with AuditUnavailable rather than corrupting anything).
+// after the last stored receipt of the signer's chain.
+//
+// Each replica signs its own chain with its own key (chainId = the key id),
+// and never continues another's. Open enforces it: it takes a
+// session-level advisory lock on (schema, chain id),
+// pg_try_advisory_lock(hashtext('toolgate.chain.' || current_schema()),
+// hashtext(chainId)), on a dedicated connection that it holds until Close,
+// before it reads the chain's head. A second Store with the same key on the
+// same schema (a second replica configured with the first one's key file)
+// fails to open with InvalidConfig (details "chainId") instead of forking
+// the chain. The lock lives as long as its connection: should that
+// connection drop while the Store runs, another Store could take the lock;
+// the receipts table's (chain_id, seq) key still refuses a fork (the
+// loser's batch fails with AuditUnavailable and it resumes from the stored
+// head). Open also records the signer's public key in chain_keys (Chains),
+// so every replica's chain can be verified from the store.
+//
+// Options.NoReceipts opens a Store that writes no receipts (the CLI's
+// store commands, which run beside the replicas and may share one's
+// config): it takes no lock, records no key and may have no Signer.
 //
 // # Follow
 //
@@ -89,8 +105,9 @@ import (
 )
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Outcomes = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Outcomes    = (*Store)(nil)
+	_ store.ChainLister = (*Store)(nil)
 )
 
 // Defaults of Options.
@@ -120,6 +137,13 @@ type Options struct {
 	FollowBuffer int
 	// Logger receives operator logs (failed batches); nil discards.
 	Logger *slog.Logger
+	// NoReceipts opens a Store that appends no receipts: Open neither takes
+	// the chain lock nor records or resumes Signer's chain, and Signer may
+	// be nil (ChainID is then "" and PublicKey nil). AppendReceipt and
+	// AppendOutcome fail with InvalidArgument. Every other read and write
+	// works. For tools that read the store, or resolve approvals, beside
+	// running replicas.
+	NoReceipts bool
 }
 
 // Store is the PostgreSQL backend. All methods are safe for concurrent
@@ -131,6 +155,8 @@ type Store struct {
 	log    *slog.Logger
 	feed   *store.Feed
 	w      *writer
+	lock   *pgx.Conn // holds the chain's advisory lock; nil with NoReceipts
+	noRcpt bool
 
 	mu     sync.RWMutex // guards closed and sends on w.q
 	closed bool
@@ -151,7 +177,7 @@ var migrationFS embed.FS
 // AuditUnavailable if the server cannot be reached or a statement fails;
 // Cancelled, Timeout if ctx ends first.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	if opts.Signer == nil {
+	if opts.Signer == nil && !opts.NoReceipts {
 		return nil, errcode.New(errcode.InvalidArgument, "open postgres store: a signer is required")
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -182,14 +208,28 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{pool: pool, signer: opts.Signer, log: logger}
-	chain, err := s.resumeChain(ctx)
-	if err != nil {
-		pool.Close()
-		return nil, err
+	s := &Store{pool: pool, signer: opts.Signer, log: logger, noRcpt: opts.NoReceipts}
+	var chain *receipt.Chain
+	if !opts.NoReceipts {
+		if s.lock, err = lockChain(ctx, cfg.ConnConfig, opts.Signer.KeyID()); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO chain_keys (chain_id, public_key, first_seen) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+			opts.Signer.KeyID(), store.EncodeKey(opts.Signer.PublicKey()), fmtTime(time.Now())); err != nil {
+			s.unlock()
+			pool.Close()
+			return nil, store.Unavailable("open postgres store: record the signing key", err)
+		}
+		if chain, err = s.resumeChain(ctx); err != nil {
+			s.unlock()
+			pool.Close()
+			return nil, err
+		}
 	}
 	var last int64
 	if err := pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
+		s.unlock()
 		pool.Close()
 		return nil, store.Unavailable("open postgres store: read the log", err)
 	}
@@ -197,6 +237,42 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s.w = newWriter(s, chain, opts)
 	go s.w.run()
 	return s, nil
+}
+
+// lockChain opens a dedicated connection and takes on it the session-level
+// advisory lock of chain chainID in the connection's schema (see the
+// package doc, "Receipts"). Errors: InvalidConfig when another Store holds
+// it; AuditUnavailable if the connection or the query fails.
+func lockChain(ctx context.Context, cc *pgx.ConnConfig, chainID string) (*pgx.Conn, error) {
+	const op = "open postgres store: lock the receipt chain"
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	var got bool
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('toolgate.chain.' || current_schema()), hashtext($1)), current_schema()`,
+		chainID).Scan(&got, &schema); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, store.Unavailable(op, err)
+	}
+	if !got {
+		_ = conn.Close(context.Background())
+		return nil, errcode.Errorf(errcode.InvalidConfig,
+			"open postgres store: receipt chain %s (schema %s) is already being written by another toolgate replica with the same signing key: each replica needs its own key (signing.key_file), or it would continue another replica's chain",
+			chainID, schema).WithDetails(map[string]any{"chainId": chainID})
+	}
+	return conn, nil
+}
+
+// unlock releases the chain lock by closing its connection.
+func (s *Store) unlock() {
+	if s.lock != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.lock.Close(ctx)
+		s.lock = nil
+	}
 }
 
 // resumeChain returns the signer's chain resumed after its last stored
@@ -243,6 +319,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		<-s.w.done
 		s.feed.Close()
+		s.unlock()
 		s.pool.Close()
 	})
 	return nil
@@ -261,11 +338,23 @@ func (s *Store) readable(ctx context.Context, op string) error {
 	return nil
 }
 
-// ChainID implements store.Receipts.ChainID.
-func (s *Store) ChainID() string { return s.signer.KeyID() }
+// ChainID implements store.Receipts.ChainID ("" for a Store opened with
+// NoReceipts and no Signer).
+func (s *Store) ChainID() string {
+	if s.signer == nil {
+		return ""
+	}
+	return s.signer.KeyID()
+}
 
-// PublicKey implements store.Receipts.PublicKey.
-func (s *Store) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
+// PublicKey implements store.Receipts.PublicKey (nil for a Store opened
+// with NoReceipts and no Signer).
+func (s *Store) PublicKey() ed25519.PublicKey {
+	if s.signer == nil {
+		return nil
+	}
+	return s.signer.PublicKey()
+}
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z"
 

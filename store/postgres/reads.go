@@ -228,3 +228,66 @@ func unavailableOrInvalid(op string, err error) error {
 	}
 	return store.Unavailable(op, err)
 }
+
+// Chains implements store.ChainLister: every chain with a key recorded in
+// chain_keys (each replica's signer) or with stored receipts or
+// checkpoints.
+func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
+	const op = "list chains"
+	if err := s.readable(ctx, op); err != nil {
+		return nil, err
+	}
+	cs := store.ChainSet{}
+	rows, err := s.pool.Query(ctx, `SELECT chain_id, public_key, first_seen FROM chain_keys`)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	for rows.Next() {
+		var id, key, seen string
+		if err := rows.Scan(&id, &key, &seen); err != nil {
+			rows.Close()
+			return nil, store.Unavailable(op, err)
+		}
+		t, _ := parseTime(seen)
+		if !cs.AddKey(id, key, t) {
+			rows.Close()
+			return nil, errcode.Errorf(errcode.Internal, "%s: chain %s: the recorded public key is not 32 bytes of base64", op, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT chain_id, COUNT(*), MAX(seq) FROM receipts GROUP BY chain_id`)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	for rows.Next() {
+		var id string
+		var n, head int64
+		if err := rows.Scan(&id, &n, &head); err != nil {
+			rows.Close()
+			return nil, store.Unavailable(op, err)
+		}
+		cs.AddReceipts(id, n, uint64(head))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT chain_id, MAX(seq) FROM checkpoints GROUP BY chain_id`)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	for rows.Next() {
+		var id string
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			rows.Close()
+			return nil, store.Unavailable(op, err)
+		}
+		cs.AddCheckpoint(id, uint64(seq))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	return cs.List(), nil
+}

@@ -180,6 +180,9 @@ func retriable(err error) bool {
 func (w *writer) restoreChain() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
+	if w.chain == nil {
+		return
+	}
 	c, err := w.s.resumeChain(ctx)
 	if err != nil {
 		w.s.log.Warn("store/postgres: cannot resume the receipt chain", "err", err)
@@ -446,6 +449,9 @@ func (s *Store) AppendReceipt(ctx context.Context, r *receipt.Receipt) error {
 	if r == nil {
 		return errcode.New(errcode.InvalidArgument, "append receipt: nil receipt")
 	}
+	if s.noRcpt {
+		return errNoReceipts(op)
+	}
 	return s.submit(&request{ctx: ctx, op: op, rcpt: r})
 }
 
@@ -459,10 +465,19 @@ func (s *Store) AppendOutcome(ctx context.Context, events []*audit.Event, r *rec
 	if r == nil {
 		return errcode.New(errcode.InvalidArgument, "append outcome: nil receipt")
 	}
+	if s.noRcpt {
+		return errNoReceipts(op)
+	}
 	if len(events) > 0 {
 		if err := store.CheckEvents(events); err != nil {
 			return err
 		}
 	}
 	return s.submit(&request{ctx: ctx, op: op, events: events, rcpt: r})
+}
+
+// errNoReceipts is the refusal of a receipt by a Store opened with
+// Options.NoReceipts.
+func errNoReceipts(op string) error {
+	return errcode.Errorf(errcode.InvalidArgument, "%s: this store was opened without a receipt chain (Options.NoReceipts)", op)
 }

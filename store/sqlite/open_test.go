@@ -34,8 +34,8 @@ func TestReopen(t *testing.T) {
 			t.Fatalf("round %d: Open: %v", round, err)
 		}
 		var n int
-		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 5 {
-			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 5 (0001-0005)", round, n, err)
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 6 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 6 (0001-0006)", round, n, err)
 		}
 		if round > 0 {
 			// A follower resuming with a cursor from before the restart
@@ -199,8 +199,8 @@ func TestMigrations(t *testing.T) {
 	}
 	defer conn.Close()
 	applied, err := migrate(ctx, conn, migrationFS)
-	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5}) {
-		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5]", applied, err)
+	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5 6]", applied, err)
 	}
 	applied, err = migrate(ctx, conn, migrationFS)
 	if err != nil || len(applied) != 0 {

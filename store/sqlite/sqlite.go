@@ -58,6 +58,10 @@
 // every write with AuditUnavailable, while reads still work so that the
 // receipts can be exported and verified; ChainError reports it.
 //
+// Open records the signer's public key in chain_keys (once per key), so
+// that every chain the file holds (a key rotation leaves the old one) can
+// be listed with its key (Chains) and verified.
+//
 // AppendOutcome (store.Outcomes) is one request carrying events and a
 // receipt: the writer inserts the events, then links the receipt, in the
 // same transaction; if the receipt is refused (a duplicate receiptId) the
@@ -161,7 +165,10 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.ChainLister = (*Store)(nil)
+)
 
 // Defaults of Options.
 const (
@@ -324,6 +331,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if _, err := migrate(ctx, conn, migrationFS); err != nil {
 		conn.Close()
 		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT OR IGNORE INTO chain_keys (chain_id, public_key, first_seen) VALUES (?, ?, ?)`,
+		s.signer.KeyID(), store.EncodeKey(s.signer.PublicKey()), fmtTime(time.Now())); err != nil {
+		conn.Close()
+		return nil, store.Unavailable("open store: record the signing key", err)
 	}
 	s.rdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {

@@ -1,0 +1,116 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store/postgres"
+)
+
+// okReceipt is a valid receipt with id id.
+func okReceipt(id string) *receipt.Receipt {
+	d := int64(1)
+	return &receipt.Receipt{ReceiptID: "rcpt_" + id, CallID: "call_" + id, RunID: "run_r", AgentID: "a",
+		Principal: "alice", Tenant: "acme", ToolID: "mcp:fs.read", Transport: "mcp",
+		Decision:          receipt.Decision{Effect: "allow", RuleID: "r", PolicyVersion: "v1"},
+		RequestedArgsHash: hex.EncodeToString(make([]byte, 32)), ExecutedArgsHash: hex.EncodeToString(make([]byte, 32)),
+		Status: receipt.StatusOK, StartedAt: time.Now(), DurationMs: &d}
+}
+
+// Issue 14 point 7: a second Store signing with a key another open Store
+// of the same schema already signs with is refused at Open (it would
+// continue that replica's chain), with InvalidConfig naming the chain; it
+// opens once the first one is closed. A Store opened with NoReceipts (the
+// CLI) opens beside it and refuses receipts.
+func TestSameKeySecondReplicaRefused(t *testing.T) {
+	ctx := context.Background()
+	dsn := newSchema(t)
+	first, err := postgres.Open(ctx, dsn, postgres.Options{Signer: signer(41)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.AppendReceipt(ctx, okReceipt("1")); err != nil {
+		t.Fatal(err)
+	}
+	second, err := postgres.Open(ctx, dsn, postgres.Options{Signer: signer(41)})
+	if err == nil {
+		second.Close()
+		t.Fatal("a second Store with the same key opened")
+	}
+	e := errcode.As(err)
+	if e == nil || e.Code != errcode.InvalidConfig || !strings.Contains(e.Message, signer(41).KeyID()) ||
+		!strings.Contains(e.Message, "each replica needs its own key") || e.Details["chainId"] != signer(41).KeyID() {
+		t.Fatalf("second Open: %v (%#v)", err, e)
+	}
+	// Another key is another chain: it opens.
+	other, err := postgres.Open(ctx, dsn, postgres.Options{Signer: signer(42)})
+	if err != nil {
+		t.Fatalf("another key: %v", err)
+	}
+	defer other.Close()
+	reader, err := postgres.Open(ctx, dsn, postgres.Options{NoReceipts: true})
+	if err != nil {
+		t.Fatalf("NoReceipts beside a replica: %v", err)
+	}
+	if err := reader.AppendReceipt(ctx, okReceipt("x")); errcode.As(err) == nil || errcode.As(err).Code != errcode.InvalidArgument {
+		t.Fatalf("NoReceipts AppendReceipt: %v", err)
+	}
+	if reader.ChainID() != "" || reader.PublicKey() != nil {
+		t.Fatalf("NoReceipts without signer: chain %q key %x", reader.ChainID(), reader.PublicKey())
+	}
+	reader.Close()
+	// The first one still appends, without a fork.
+	if err := first.AppendReceipt(ctx, okReceipt("2")); err != nil {
+		t.Fatalf("first after the refusal: %v", err)
+	}
+	first.Close()
+	again, err := postgres.Open(ctx, dsn, postgres.Options{Signer: signer(41)})
+	if err != nil {
+		t.Fatalf("reopen after Close: %v", err)
+	}
+	defer again.Close()
+	r := okReceipt("3")
+	if err := again.AppendReceipt(ctx, r); err != nil || r.Seq != 2 {
+		t.Fatalf("reopened chain continues: seq %d, %v", r.Seq, err)
+	}
+}
+
+// Chains lists every replica's chain with its recorded key, its receipt
+// count, head and newest checkpoint; a key that signed nothing yet is
+// listed with no receipts.
+func TestChainsTwoReplicas(t *testing.T) {
+	ctx := context.Background()
+	dsn := newSchema(t)
+	a, b := open(t, dsn, 51), open(t, dsn, 52)
+	for i, s := range []*postgres.Store{a, a, a, b} {
+		if err := s.AppendReceipt(ctx, okReceipt(string(rune('a'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := open(t, dsn, 53)
+	cs, err := idle.Chains(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		n    int64
+		head uint64
+	}{signer(51).KeyID(): {3, 2}, signer(52).KeyID(): {1, 0}, signer(53).KeyID(): {0, 0}}
+	if len(cs) != 3 {
+		t.Fatalf("chains: %+v", cs)
+	}
+	for _, c := range cs {
+		w, ok := want[c.ID]
+		if !ok || c.Receipts != w.n || c.HeadSeq != w.head || receipt.KeyID(c.PublicKey) != c.ID || c.FirstSeen.IsZero() {
+			t.Fatalf("chain %+v, want %+v", c, w)
+		}
+		if c.Checkpoint != (w.n > 0) || (w.n > 0 && c.CheckpointSeq != w.head) {
+			t.Fatalf("chain %s checkpoint %v at %d", c.ID, c.Checkpoint, c.CheckpointSeq)
+		}
+	}
+}
