@@ -22,8 +22,8 @@ func newApprovalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approvals",
 		Short: "List, approve and deny pending approvals in the configured store",
-		Long: `Work the approval inbox of the configured SQLite store: calls whose decision is require_approval
-wait (approvals.wait) for one of these commands, or for POST /v1/approvals/{id}/approve|deny.
+		Long: `Work the approval inbox of the configured store (SQLite or PostgreSQL, per store.driver):
+calls whose decision is require_approval wait (approvals.wait) for one of these commands, or for POST /v1/approvals/{id}/approve|deny.
 A waiting call in a running gateway resumes within a fraction of a second of the decision; a call
 that gave up (approval_required) succeeds when retried with the same arguments, once.`,
 	}

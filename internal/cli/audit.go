@@ -58,11 +58,15 @@ that would be kept, as one JSON object with "dryRun": true.`,
 				return err
 			}
 			defer st.Close()
+			sq, ok := st.(*sqlite.Store)
+			if !ok {
+				return failure("store.driver %s: audit prune is built for the sqlite store only (retention on PostgreSQL is not built yet)", cfg.Store.Driver)
+			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false)
 			before := time.Now().Add(-age)
 			if dryRun {
-				plan, err := st.PlanPrune(ctx, before)
+				plan, err := sq.PlanPrune(ctx, before)
 				if err != nil {
 					return failure("prune --dry-run: %v", err)
 				}
@@ -71,7 +75,7 @@ that would be kept, as one JSON object with "dryRun": true.`,
 					sqlite.PrunePlan
 				}{true, plan})
 			}
-			res, err := st.Prune(ctx, before)
+			res, err := sq.Prune(ctx, before)
 			if err != nil {
 				return failure("prune: %v (what was pruned before the error stays pruned; the store is consistent)", err)
 			}
@@ -92,10 +96,13 @@ func newAuditTailCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tail --config FILE --tenant T [--run ID] [--follow]",
 		Short: "Print a tenant's audit events as JSON lines",
-		Long: `Print the OpenWOP run events stored in the configured SQLite store, one JSON object per line:
+		Long: `Print the OpenWOP run events stored in the configured store (SQLite or PostgreSQL, per
+store.driver), one JSON object per line:
 one run's events in sequence order (--run), or all of the tenant's events in commit order. With
 --follow, keep printing new events as they are committed, by this or any other process (a running
-gateway), until interrupted; the store is polled, so an event shows within 200 ms.`,
+gateway), until interrupted; the SQLite store is polled, so an event shows within 200 ms. On
+PostgreSQL, --follow prints the stored events, then only what this command's own connection sees
+live: the commit-ordered feed of every replica's events is not built yet in this version.`,
 		Example: `  toolgate audit tail --config toolgate.yaml --tenant acme --run run-42
   toolgate audit tail --config toolgate.yaml --tenant acme --follow`,
 		Args: cobra.NoArgs,

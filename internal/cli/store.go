@@ -18,12 +18,32 @@ import (
 // that a gateway (another process) committed to the store.
 const followPoll = 200 * time.Millisecond
 
-// openStore opens the configured durable store with the gateway's signing
-// key. The key file must exist (the gateway creates it on first start):
-// reading a store with a new key would start a different chain.
-func openStore(ctx context.Context, cfg *config.Config) (*sqlite.Store, error) {
-	if cfg.Store.Driver != "sqlite" {
-		return nil, failure("store.driver %q: this command reads the sqlite store only", cfg.Store.Driver)
+// openStore opens the configured durable store for a command that reads
+// it (audit, receipts, approvals), per store.driver:
+//
+//   - sqlite: the existing file, with the gateway's signing key. The key
+//     file must exist (the gateway creates it on first start): reading a
+//     store with a new key would start a different chain.
+//   - postgres: the shared database, without a receipt chain
+//     (postgres.Options.NoReceipts): the command runs beside the replicas,
+//     possibly with one replica's own config, so it neither needs the key
+//     nor takes the chain's lock; it writes no receipts.
+//
+// The result is a *sqlite.Store or a *postgres.Store. Errors are CLI
+// failures naming the store without credentials.
+func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
+	switch cfg.Store.Driver {
+	case "postgres":
+		octx, cancel := context.WithTimeout(ctx, serveStoreTimeout)
+		defer cancel()
+		st, err := postgres.Open(octx, cfg.Store.DSN, postgres.Options{NoReceipts: true, MaxConns: 4})
+		if err != nil {
+			return nil, failure("opening store %s: %v", redactDSN(cfg.Store.DSN), err)
+		}
+		return st, nil
+	case "sqlite":
+	default:
+		return nil, failure("store.driver %q: this command reads the sqlite or postgres store only", cfg.Store.Driver)
 	}
 	if _, err := os.Stat(cfg.Signing.KeyFile); err != nil {
 		return nil, failure("signing key %s: %v (the gateway creates it on first start)", cfg.Signing.KeyFile, err)
@@ -40,6 +60,15 @@ func openStore(ctx context.Context, cfg *config.Config) (*sqlite.Store, error) {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
 	}
 	return st, nil
+}
+
+// storeName names cfg's store in messages: the sqlite path, or the
+// postgres DSN without its password.
+func storeName(cfg *config.Config) string {
+	if cfg.Store.Driver == "postgres" {
+		return redactDSN(cfg.Store.DSN)
+	}
+	return cfg.Store.DSN
 }
 
 // serveStoreTimeout bounds how long serve waits for the store at start

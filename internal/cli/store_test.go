@@ -139,22 +139,30 @@ func TestAuditPrune(t *testing.T) {
 	}
 }
 
-// receipts pubkey prints the key that verifies an export; an export from a
-// seq verifies with --from.
+// receipts pubkey prints the keys that verify an export (the store's, as
+// "CHAIN_ID KEY" lines; --local: the config's key as PEM); an export from
+// a seq verifies with --from, with either form.
 func TestReceiptsPubkeyAndFrom(t *testing.T) {
 	r := newStoreRig(t, nil)
 	r.calls(t, 4, "")
 	r.st.Close()
 	cfgFile := r.cfgFile
+	code, pem, errOut := run(t, "", "receipts", "pubkey", "--config", cfgFile, "--local")
+	if code != ExitOK || !strings.Contains(pem, "PUBLIC KEY") {
+		t.Fatalf("pubkey --local: %d %q %q", code, pem, errOut)
+	}
 	code, pub, errOut := run(t, "", "receipts", "pubkey", "--config", cfgFile)
-	if code != ExitOK || !strings.Contains(pub, "PUBLIC KEY") {
-		t.Fatalf("pubkey: %d %q %q", code, pub, errOut)
+	if want := r.st.ChainID() + " "; code != ExitOK || !strings.HasPrefix(pub, want) || strings.Count(pub, "\n") != 1 {
+		t.Fatalf("pubkey: %d %q %q, want one line starting %q", code, pub, errOut, want)
 	}
 	pubFile := writeFile(t, "k.pub", pub)
+	pemFile := writeFile(t, "k.pem", pem)
 	_, out, _ := run(t, "", "receipts", "export", "--config", cfgFile, "--from", "2")
 	exported := writeFile(t, "r2.jsonl", out)
-	if code, out, errOut := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile, "--from", "2"); code != ExitOK || !strings.Contains(out, "OK: 2 receipts") {
-		t.Fatalf("verify --from 2: %d %q %q", code, out, errOut)
+	for _, kf := range []string{pubFile, pemFile} {
+		if code, out, errOut := run(t, "", "receipts", "verify", exported, "--pubkey", kf, "--from", "2"); code != ExitOK || !strings.Contains(out, "OK: 2 receipts") {
+			t.Fatalf("verify --from 2 --pubkey %s: %d %q %q", kf, code, out, errOut)
+		}
 	}
 	if code, _, _ := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile); code != ExitFailure {
 		t.Fatalf("verify of a suffix without --from: exit %d, want 1", code)

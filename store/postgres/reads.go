@@ -237,8 +237,15 @@ func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	if err := s.readable(ctx, op); err != nil {
 		return nil, err
 	}
+	// One REPEATABLE READ transaction: one snapshot, so a head and its
+	// checkpoint are read at the same commit.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
 	cs := store.ChainSet{}
-	rows, err := s.pool.Query(ctx, `SELECT chain_id, public_key, first_seen FROM chain_keys`)
+	rows, err := tx.Query(ctx, `SELECT chain_id, public_key, first_seen FROM chain_keys`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}
@@ -257,7 +264,7 @@ func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	if err := rows.Err(); err != nil {
 		return nil, store.Unavailable(op, err)
 	}
-	rows, err = s.pool.Query(ctx, `SELECT chain_id, COUNT(*), MAX(seq) FROM receipts GROUP BY chain_id`)
+	rows, err = tx.Query(ctx, `SELECT chain_id, COUNT(*), MAX(seq) FROM receipts GROUP BY chain_id`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}
@@ -273,7 +280,7 @@ func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	if err := rows.Err(); err != nil {
 		return nil, store.Unavailable(op, err)
 	}
-	rows, err = s.pool.Query(ctx, `SELECT chain_id, MAX(seq) FROM checkpoints GROUP BY chain_id`)
+	rows, err = tx.Query(ctx, `SELECT chain_id, MAX(seq) FROM checkpoints GROUP BY chain_id`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}

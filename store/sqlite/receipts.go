@@ -132,14 +132,21 @@ func (s *Store) ExportReceipts(ctx context.Context, w io.Writer, chainID string,
 
 // Chains implements store.ChainLister: every chain with a key recorded in
 // chain_keys (each signer this store was opened with) or with stored
-// receipts or checkpoints.
+// receipts or checkpoints, read from one snapshot.
 func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	const op = "list chains"
 	if err := s.readable(ctx, op); err != nil {
 		return nil, err
 	}
+	// One read transaction: one snapshot, so a head and its checkpoint
+	// are read at the same commit.
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	defer tx.Rollback()
 	cs := store.ChainSet{}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT chain_id, public_key, first_seen FROM chain_keys`)
+	rows, err := tx.QueryContext(ctx, `SELECT chain_id, public_key, first_seen FROM chain_keys`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}
@@ -158,7 +165,7 @@ func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, store.Unavailable(op, err)
 	}
-	rows, err = s.rdb.QueryContext(ctx, `SELECT chain_id, COUNT(*), MAX(seq) FROM receipts GROUP BY chain_id`)
+	rows, err = tx.QueryContext(ctx, `SELECT chain_id, COUNT(*), MAX(seq) FROM receipts GROUP BY chain_id`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}
@@ -174,7 +181,7 @@ func (s *Store) Chains(ctx context.Context) ([]store.ChainInfo, error) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, store.Unavailable(op, err)
 	}
-	rows, err = s.rdb.QueryContext(ctx, `SELECT chain_id, MAX(seq) FROM checkpoints GROUP BY chain_id`)
+	rows, err = tx.QueryContext(ctx, `SELECT chain_id, MAX(seq) FROM checkpoints GROUP BY chain_id`)
 	if err != nil {
 		return nil, store.Unavailable(op, err)
 	}
