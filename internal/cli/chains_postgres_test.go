@@ -52,7 +52,17 @@ signing: {key_file: %s}
 	return r
 }
 
-// pgCalls appends n receipts (and each call's two events) of tenant to
+// testReceipt is a valid receipt of a call id.
+func testReceipt(id, tenant, run string) *receipt.Receipt {
+	d := int64(1)
+	return &receipt.Receipt{ReceiptID: "rcpt_" + id, CallID: "call_" + id, RunID: run, AgentID: "a",
+		Principal: "alice", Tenant: tenant, ToolID: "mcp:fs.read", Transport: "mcp",
+		Decision:          receipt.Decision{Effect: "allow", RuleID: "r", PolicyVersion: "v1"},
+		RequestedArgsHash: hex.EncodeToString(make([]byte, 32)), ExecutedArgsHash: hex.EncodeToString(make([]byte, 32)),
+		Status: receipt.StatusOK, StartedAt: time.Now(), DurationMs: &d}
+}
+
+// calls appends n receipts (and each call's two events) of tenant to
 // r's chain.
 func (r *pgReplica) calls(t *testing.T, tenant, run string, n int) {
 	t.Helper()
@@ -67,12 +77,7 @@ func (r *pgReplica) calls(t *testing.T, tenant, run string, n int) {
 		if err := r.st.AppendEvents(ctx, called); err != nil {
 			t.Fatal(err)
 		}
-		d := int64(1)
-		rc := &receipt.Receipt{ReceiptID: "rcpt_" + id, CallID: "call_" + id, RunID: run, AgentID: "a",
-			Principal: "alice", Tenant: tenant, ToolID: "mcp:fs.read", Transport: "mcp",
-			Decision:          receipt.Decision{Effect: "allow", RuleID: "r", PolicyVersion: "v1"},
-			RequestedArgsHash: hex.EncodeToString(make([]byte, 32)), ExecutedArgsHash: hex.EncodeToString(make([]byte, 32)),
-			Status: receipt.StatusOK, StartedAt: time.Now(), DurationMs: &d}
+		rc := testReceipt(id, tenant, run)
 		returned, err := audit.NewEvent(run, audit.TypeToolReturned, json.RawMessage(`{"n":2}`), "", time.Now())
 		if err != nil {
 			t.Fatal(err)

@@ -281,3 +281,54 @@ func TestVerifyInPlaceReportsGap(t *testing.T) {
 		t.Fatalf("verify with the start deleted: %d %q %q", code, out, errOut)
 	}
 }
+
+// Issue 14 point 7 on SQLite: after a key rotation the file holds two
+// chains; `receipts verify --config` verifies both (the old one with the
+// key the store recorded), and a chain whose key is not recorded (a store
+// written before keys were) fails until --keys gives it.
+func TestReceiptsVerifySQLiteKeyRotation(t *testing.T) {
+	r := newStoreRig(t, nil)
+	r.calls(t, 2, "")
+	oldChain := r.st.ChainID()
+	r.st.Close()
+	_, oldKeys, _ := run(t, "", "receipts", "pubkey", "--config", r.cfgFile)
+	oldKeysFile := writeFile(t, "old.keys", oldKeys)
+	if err := os.Remove(r.keyFile); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := receipt.LoadOrCreateKey(r.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), r.dbFile, sqlite.Options{Signer: receipt.NewSigner(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AppendReceipt(context.Background(), testReceipt("new", "acme", "run_new")); err != nil {
+		t.Fatal(err)
+	}
+	newChain := st.ChainID()
+	st.Close()
+	code, out, errOut := run(t, "", "receipts", "verify", "--config", r.cfgFile)
+	if code != ExitOK || !strings.Contains(out, "OK: 3 receipts") || !strings.Contains(out, "in 2 chain(s)") ||
+		!strings.Contains(out, "chain "+oldChain+": verified; 2 receipts") || !strings.Contains(out, "key: recorded in the store") ||
+		!strings.Contains(out, "chain "+newChain+": verified; 1 receipts") || !strings.Contains(out, "key: the config's signing key") {
+		t.Fatalf("verify after rotation: %d %q %q", code, out, errOut)
+	}
+	db, err := sql.Open("sqlite", r.dbFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM chain_keys WHERE chain_id = ?", oldChain); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	code, _, errOut = run(t, "", "receipts", "verify", "--config", r.cfgFile)
+	if code != ExitFailure || !strings.Contains(errOut, "chain "+oldChain+": FAILED: no public key is known for this chain") {
+		t.Fatalf("verify without the old key: %d %q", code, errOut)
+	}
+	code, out, errOut = run(t, "", "receipts", "verify", "--config", r.cfgFile, "--keys", oldKeysFile)
+	if code != ExitOK || !strings.Contains(out, "key: from --keys") {
+		t.Fatalf("verify --keys: %d %q %q", code, out, errOut)
+	}
+}
