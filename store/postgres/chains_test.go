@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store/postgres"
@@ -112,5 +114,44 @@ func TestChainsTwoReplicas(t *testing.T) {
 		if c.Checkpoint != (w.n > 0) || (w.n > 0 && c.CheckpointSeq != w.head) {
 			t.Fatalf("chain %s checkpoint %v at %d", c.ID, c.Checkpoint, c.CheckpointSeq)
 		}
+	}
+}
+
+// A chain head no stored checkpoint covers (changed outside toolgate) is
+// refused at Open, as on SQLite, instead of being signed; a reader
+// (NoReceipts) still opens to show it.
+func TestOpenRefusesUncoveredHead(t *testing.T) {
+	ctx := context.Background()
+	dsn := newSchema(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{Signer: signer(61)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"1", "2"} {
+		if err := s.AppendReceipt(ctx, okReceipt(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `DELETE FROM checkpoints WHERE seq = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.Open(ctx, dsn, postgres.Options{Signer: signer(61)})
+	if e := errcode.As(err); e == nil || e.Code != errcode.AuditUnavailable || !strings.Contains(e.Message, "the stored head (seq 1) is not covered by a signed checkpoint (highest: seq 0)") {
+		t.Fatalf("Open with an uncovered head: %v", err)
+	}
+	r, err := postgres.Open(ctx, dsn, postgres.Options{NoReceipts: true})
+	if err != nil {
+		t.Fatalf("reader: %v", err)
+	}
+	defer r.Close()
+	cs, err := r.Chains(ctx)
+	if err != nil || len(cs) != 1 || cs[0].HeadSeq != 1 || cs[0].CheckpointSeq != 0 {
+		t.Fatalf("chains: %+v %v", cs, err)
 	}
 }

@@ -43,7 +43,10 @@
 // The writer links receipts through the store's receipt.Chain inside the
 // transaction, and a batch that linked receipts stores a signed checkpoint
 // over the new head in the same transaction. On Open the chain resumes
-// after the last stored receipt of the signer's chain.
+// after the last stored receipt of the signer's chain; a head that no
+// stored checkpoint covers cannot come from toolgate (receipts or
+// checkpoints were changed by something else), and Open then fails with
+// AuditUnavailable rather than sign it (store/sqlite refuses writes).
 //
 // Each replica signs its own chain with its own key (chainId = the key id),
 // and never continues another's. Open enforces it: it takes a
@@ -173,7 +176,10 @@ var migrationFS embed.FS
 // Close releases it.
 //
 // Errors: InvalidArgument for a missing signer or a malformed dsn;
-// InvalidConfig for a database written by a newer toolgate;
+// InvalidConfig for a database written by a newer toolgate, or when
+// another Store holds the signer's chain (see "Receipts"; details
+// "chainId"); AuditUnavailable when the stored head of the signer's chain
+// is covered by no signed checkpoint (changed outside toolgate);
 // AuditUnavailable if the server cannot be reached or a statement fails;
 // Cancelled, Timeout if ctx ends first.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
@@ -226,6 +232,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			pool.Close()
 			return nil, err
 		}
+		if err := s.checkCovered(ctx, chain); err != nil {
+			s.unlock()
+			pool.Close()
+			return nil, err
+		}
 	}
 	var last int64
 	if err := pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
@@ -237,6 +248,33 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s.w = newWriter(s, chain, opts)
 	go s.w.run()
 	return s, nil
+}
+
+// checkCovered fails with AuditUnavailable when no stored checkpoint
+// covers chain's resumed head. Every batch that links receipts stores its
+// checkpoint in the same transaction, so such a head was written by
+// something else: signing it now would vouch for it (as store/sqlite, which
+// refuses every write then; here Open fails).
+func (s *Store) checkCovered(ctx context.Context, chain *receipt.Chain) error {
+	head, _, ok := chain.Head()
+	if !ok {
+		return nil
+	}
+	var covered *int64
+	if err := s.pool.QueryRow(ctx, `SELECT MAX(seq) FROM checkpoints WHERE chain_id = $1`, chain.ID()).Scan(&covered); err != nil {
+		return store.Unavailable("open postgres store: checkpoints", err)
+	}
+	if covered != nil && *covered >= 0 && uint64(*covered) >= head {
+		return nil
+	}
+	highest := "none"
+	if covered != nil {
+		highest = fmt.Sprintf("seq %d", *covered)
+	}
+	return errcode.Errorf(errcode.AuditUnavailable,
+		"open postgres store: receipt chain %s: the stored head (seq %d) is not covered by a signed checkpoint (highest: %s): receipts or checkpoints were changed outside toolgate; "+
+			"run `toolgate receipts verify --config` and restore the database from a backup", chain.ID(), head, highest).
+		WithDetails(map[string]any{"chainId": chain.ID(), "seq": head})
 }
 
 // lockChain opens a dedicated connection and takes on it the session-level
