@@ -60,7 +60,10 @@
 // connection drop while the Store runs, another Store could take the lock;
 // the receipts table's (chain_id, seq) key still refuses a fork (the
 // loser's batch fails with AuditUnavailable and it resumes from the stored
-// head). Open also records the signer's public key in chain_keys (Chains),
+// head). A replica that exits, even by kill -9, releases its lock with its
+// connection at once; one cut off by a network partition keeps it until
+// the server notices the dead session (its TCP keepalive settings), and a
+// restart with that key is refused until then. Open also records the signer's public key in chain_keys (Chains),
 // so every replica's chain can be verified from the store.
 //
 // Options.NoReceipts opens a Store that writes no receipts (the CLI's
