@@ -151,6 +151,12 @@ func TestReceiptsPubkeyAndFrom(t *testing.T) {
 	if code != ExitOK || !strings.Contains(pem, "PUBLIC KEY") {
 		t.Fatalf("pubkey --local: %d %q %q", code, pem, errOut)
 	}
+	if code, k, errOut := run(t, "", "receipts", "pubkey", "--key-file", r.keyFile); code != ExitOK || k != pem {
+		t.Fatalf("pubkey --key-file: %d %q %q, want %q", code, k, errOut, pem)
+	}
+	if code, _, _ := run(t, "", "receipts", "pubkey"); code != ExitUsage {
+		t.Fatalf("pubkey without --config or --key-file: exit %d, want %d", code, ExitUsage)
+	}
 	code, pub, errOut := run(t, "", "receipts", "pubkey", "--config", cfgFile)
 	if want := r.st.ChainID() + " "; code != ExitOK || !strings.HasPrefix(pub, want) || strings.Count(pub, "\n") != 1 {
 		t.Fatalf("pubkey: %d %q %q, want one line starting %q", code, pub, errOut, want)
