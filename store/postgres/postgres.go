@@ -282,8 +282,10 @@ func (s *Store) checkCovered(ctx context.Context, chain *receipt.Chain) error {
 
 // lockChain opens a dedicated connection and takes on it the session-level
 // advisory lock of chain chainID in the connection's schema (see the
-// package doc, "Receipts"). Errors: InvalidConfig when another Store holds
-// it; AuditUnavailable if the connection or the query fails.
+// package doc, "Receipts"). The key is two 32-bit hashes, so two chain
+// ids whose hashes collide (about one pair in 2^32) would also exclude
+// each other. Errors: InvalidConfig when another Store holds it;
+// AuditUnavailable if the connection or the query fails.
 func lockChain(ctx context.Context, cc *pgx.ConnConfig, chainID string) (*pgx.Conn, error) {
 	const op = "open postgres store: lock the receipt chain"
 	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
