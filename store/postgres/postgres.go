@@ -121,6 +121,8 @@ const (
 	DefaultMaxBatch  = 512
 	DefaultQueueSize = 1024
 	DefaultMaxConns  = 8
+	// DefaultFollowPoll is Options.FollowPoll's default.
+	DefaultFollowPoll = 2 * time.Second
 )
 
 // Options configures Open. Only Signer is required.
@@ -138,9 +140,10 @@ type Options struct {
 	// MaxConns bounds the connection pool (the writer uses one of them).
 	// 0 means DefaultMaxConns.
 	MaxConns int
-	// FollowBuffer is each follower's live buffer in events
-	// (store.FeedOptions.Buffer); 0 means 256.
-	FollowBuffer int
+	// FollowPoll is how often a follower re-reads the feed when no
+	// notification woke it (a safety net: followers are woken by
+	// LISTEN/NOTIFY). 0 means DefaultFollowPoll.
+	FollowPoll time.Duration
 	// Logger receives operator logs (failed batches); nil discards.
 	Logger *slog.Logger
 	// NoReceipts opens a Store that appends no receipts: Open neither takes
@@ -159,10 +162,21 @@ type Store struct {
 	pool   *pgxpool.Pool
 	signer *receipt.Signer
 	log    *slog.Logger
-	feed   *store.Feed
 	w      *writer
 	lock   *pgx.Conn // holds the chain's advisory lock; nil with NoReceipts
 	noRcpt bool
+	lis    *listener
+
+	followPoll time.Duration
+	followers  sync.WaitGroup
+	newEvents  waker              // woken after each commit that added events (any replica)
+	base       context.Context    // cancelled by Close: ends followers and the listener
+	stop       context.CancelFunc // cancels base
+
+	apprMu    sync.Mutex
+	apprWatch map[string]map[chan struct{}]struct{} // approval id → watchers (WatchApproval)
+
+	beforeFeed func() // tests: called in a writer transaction after its inserts, before it takes its feed number
 
 	mu     sync.RWMutex // guards closed and sends on w.q
 	closed bool
@@ -217,7 +231,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{pool: pool, signer: opts.Signer, log: logger, noRcpt: opts.NoReceipts}
+	s := &Store{pool: pool, signer: opts.Signer, log: logger, noRcpt: opts.NoReceipts, followPoll: opts.FollowPoll,
+		apprWatch: map[string]map[chan struct{}]struct{}{}}
+	if s.followPoll <= 0 {
+		s.followPoll = DefaultFollowPoll
+	}
 	var chain *receipt.Chain
 	if !opts.NoReceipts {
 		if s.lock, err = lockChain(ctx, cfg.ConnConfig, opts.Signer.KeyID()); err != nil {
@@ -241,13 +259,20 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	var last int64
-	if err := pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		s.unlock()
 		pool.Close()
-		return nil, store.Unavailable("open postgres store: read the log", err)
+		return nil, store.Unavailable("open postgres store: current schema", err)
 	}
-	s.feed = store.NewFeed(s.readAfter, last, store.FeedOptions{Buffer: opts.FollowBuffer, Logger: logger, Committed: s.committed})
+	s.base, s.stop = context.WithCancel(context.Background())
+	s.lis = newListener(s, cfg.ConnConfig, schema)
+	if err := s.lis.start(ctx); err != nil {
+		s.stop()
+		s.unlock()
+		pool.Close()
+		return nil, err
+	}
 	s.w = newWriter(s, chain, opts)
 	go s.w.run()
 	return s, nil
@@ -341,19 +366,10 @@ func (s *Store) resumeChain(ctx context.Context) (*receipt.Chain, error) {
 	return c, nil
 }
 
-// committed is the feed's FeedOptions.Committed: the largest stored
-// position.
-func (s *Store) committed(ctx context.Context) (int64, error) {
-	var last int64
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(pos), 0) FROM events`).Scan(&last); err != nil {
-		return 0, store.Unavailable("follow events", err)
-	}
-	return last, nil
-}
-
 // Close stops accepting writes, waits for the writes already queued,
-// closes every follower's channel and the connection pool. Later calls
-// fail with AuditUnavailable. Idempotent; returns nil.
+// closes every follower's channel, the listening connection and the
+// connection pool. Later calls fail with AuditUnavailable. Idempotent;
+// returns nil.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -361,7 +377,9 @@ func (s *Store) Close() error {
 		close(s.w.q)
 		s.mu.Unlock()
 		<-s.w.done
-		s.feed.Close()
+		s.stop()
+		s.followers.Wait()
+		<-s.lis.done
 		s.unlock()
 		s.pool.Close()
 	})

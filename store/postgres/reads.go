@@ -111,21 +111,6 @@ func (s *Store) EventsByTime(ctx context.Context, tenant string, from, to time.T
 	return out, next, nil
 }
 
-// Follow implements store.Events.Follow (see the package doc for its
-// limit across replicas).
-func (s *Store) Follow(ctx context.Context, tenant, cursor string) (<-chan store.Followed, error) {
-	if err := s.readable(ctx, "follow events"); err != nil {
-		return nil, err
-	}
-	return s.feed.Follow(ctx, tenant, cursor)
-}
-
-// readAfter is the feed's catch-up read.
-func (s *Store) readAfter(ctx context.Context, tenant string, after, upto int64, limit int) ([]store.Record, error) {
-	return s.queryRecords(ctx, "follow events", `SELECT `+eventCols+` FROM events WHERE tenant = $1 AND pos > $2 AND pos <= $3 ORDER BY pos LIMIT $4`,
-		tenant, after, upto, limit)
-}
-
 // clampSeq bounds seqs in queries: receipt seqs never exceed 2^53−1.
 func clampSeq(seq uint64) int64 {
 	if seq > receipt.MaxSafeInteger {

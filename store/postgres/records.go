@@ -116,21 +116,12 @@ func (s *Store) ListApprovals(ctx context.Context, tenant string, status store.A
 	return out, nil
 }
 
-// ResolveApproval implements store.Approvals.ResolveApproval.
+// ResolveApproval implements store.Approvals.ResolveApproval. The
+// transaction notifies every Store sharing the schema, on commit, so that
+// calls waiting for the approval on any replica (WatchApproval) wake at
+// once.
 func (s *Store) ResolveApproval(ctx context.Context, tenant, id string, res store.Resolution) (*store.Approval, error) {
-	return s.transition(ctx, "resolve approval", tenant, id, func(a store.Approval) (store.Approval, error) { return a.Resolve(res) })
-}
-
-// ConsumeApproval implements store.Approvals.ConsumeApproval: exactly one
-// caller, of any replica, succeeds (the row is locked for the transition).
-func (s *Store) ConsumeApproval(ctx context.Context, tenant, id string, at time.Time) (*store.Approval, error) {
-	return s.transition(ctx, "consume approval", tenant, id, func(a store.Approval) (store.Approval, error) { return a.Consume(at) })
-}
-
-// transition applies step to tenant's approval id in one transaction that
-// holds the row's lock (SELECT … FOR UPDATE), so concurrent transitions of
-// any replica are serialised.
-func (s *Store) transition(ctx context.Context, op, tenant, id string, step func(store.Approval) (store.Approval, error)) (*store.Approval, error) {
+	const op = "resolve approval"
 	if err := s.writable(ctx, op); err != nil {
 		return nil, err
 	}
@@ -139,6 +130,7 @@ func (s *Store) transition(ctx context.Context, op, tenant, id string, step func
 		return nil, store.Unavailable(op, err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	// The row lock serialises concurrent resolutions of any replica.
 	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 AND tenant = $2 FOR UPDATE`, id, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errcode.Errorf(errcode.NotFound, "approval %q not found", id)
@@ -146,18 +138,54 @@ func (s *Store) transition(ctx context.Context, op, tenant, id string, step func
 	if err != nil {
 		return nil, unavailableOrInvalid(op, err)
 	}
-	next, err := step(*a)
+	next, err := a.Resolve(res)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE approvals SET status = $1, resolved_by = $2, reason = $3, resolved_at = $4 WHERE id = $5`,
-		string(next.Status), next.ResolvedBy, next.Reason, fmtTime(next.ResolvedAt), id); err != nil {
+	if _, err := tx.Exec(ctx, `WITH u AS (UPDATE approvals SET status = $1, resolved_by = $2, reason = $3, resolved_at = $4 WHERE id = $5 RETURNING id)
+		SELECT pg_notify($6, id) FROM u`,
+		string(next.Status), next.ResolvedBy, next.Reason, fmtTime(next.ResolvedAt), id, s.lis.approvals); err != nil {
 		return nil, unavailableOrInvalid(op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, store.Unavailable(op, err)
 	}
 	return &next, nil
+}
+
+// ConsumeApproval implements store.Approvals.ConsumeApproval with one
+// conditional update (status approved and unexpired at at, to consumed):
+// exactly one caller, of any replica, succeeds; the others get Conflict
+// with details.status "consumed" (or what the approval is now).
+func (s *Store) ConsumeApproval(ctx context.Context, tenant, id string, at time.Time) (*store.Approval, error) {
+	const op = "consume approval"
+	if err := s.writable(ctx, op); err != nil {
+		return nil, err
+	}
+	if at.IsZero() {
+		_, err := store.Approval{ID: id, Status: store.ApprovalApproved}.Consume(at)
+		return nil, err
+	}
+	for {
+		a, err := scanApproval(s.pool.QueryRow(ctx, `UPDATE approvals SET status = $1
+			WHERE id = $2 AND tenant = $3 AND status = $4 AND (expires_at = '' OR expires_at COLLATE "C" > $5)
+			RETURNING `+approvalCols, string(store.ApprovalConsumed), id, tenant, string(store.ApprovalApproved), fmtTime(at)))
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, unavailableOrInvalid(op, err)
+		}
+		// Not consumed: say why, from the current state.
+		cur, err := s.GetApproval(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := cur.Consume(at); err != nil {
+			return nil, err
+		}
+		// It was approved after the update looked (pending then): try again.
+	}
 }
 
 const sessionCols = `session_id, tenant, run_id, tool_id, server, opened_at, closed_at, outcome`

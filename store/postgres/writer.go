@@ -139,7 +139,7 @@ func (w *writer) commit(batch []*request) {
 			}
 		}
 	} else {
-		var recs []store.Record
+		added := false
 		for i, req := range batch {
 			if !live[i] || errs[i] != nil {
 				continue
@@ -147,10 +147,11 @@ func (w *writer) commit(batch []*request) {
 			for j, ev := range req.events {
 				ev.Sequence = req.seqs[j]
 			}
-			recs = append(recs, req.recs...)
+			added = added || len(req.recs) > 0
 		}
-		slices.SortFunc(recs, func(a, b store.Record) int { return int(a.Pos - b.Pos) })
-		w.s.feed.Publish(recs)
+		if added {
+			w.s.newEvents.wake() // this Store's followers need not wait for the NOTIFY
+		}
 	}
 	for i, req := range batch {
 		req.seqs, req.recs = nil, nil
@@ -210,7 +211,7 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	linked := false
+	linked, added := false, false
 	for i, req := range batch {
 		if !live[i] {
 			continue
@@ -236,6 +237,7 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 		if req.rcpt != nil {
 			linked = true
 		}
+		added = added || len(req.recs) > 0
 	}
 	if linked {
 		if cp, ok := w.chain.Checkpoint(); ok {
@@ -247,6 +249,19 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 				cp.ChainID, int64(cp.Seq), body); err != nil {
 				return err
 			}
+		}
+	}
+	if added {
+		// Last before COMMIT: take the next feed number (feed_head's row
+		// lock, held until the commit, makes numbers commit in order) and
+		// notify followers of every replica, on commit.
+		if w.s.beforeFeed != nil {
+			w.s.beforeFeed()
+		}
+		if _, err := tx.Exec(ctx, `WITH h AS (UPDATE feed_head SET seq = seq + 1 RETURNING seq),
+			f AS (INSERT INTO feed (seq, xid) SELECT seq, pg_current_xact_id() FROM h RETURNING seq)
+			SELECT pg_notify($1, f.seq::text) FROM f`, w.s.lis.events); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
