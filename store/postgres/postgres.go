@@ -70,16 +70,45 @@
 // store commands, which run beside the replicas and may share one's
 // config): it takes no lock, records no key and may have no Signer.
 //
-// # Follow
+// # Follow: a commit-ordered feed across replicas
 //
-// Follow is served by a store.Feed that the writer feeds after each
-// commit: a follower sees this Store's own commits live, in commit order,
-// and catches up from the database by position. Known limit: positions
-// (events.pos, a bigserial) are assigned at insert, not at commit, so the
-// feed of one replica does not yet deliver the events other replicas
-// commit, in commit order (issue 14 point 3, a commit-ordered cursor with
-// LISTEN/NOTIFY, is not built); EventsByRun and EventsByTime read every
-// replica's committed events.
+// events.pos (a bigserial) is assigned at insert, not at commit, so a
+// reader following it would skip rows that commit late. Instead every
+// writer transaction that inserts events takes, as its last statement
+// before COMMIT, the next feed number from the one-row feed_head table and
+// records it in feed with its transaction id (events.xid, the column's
+// default pg_current_xact_id()). feed_head's row lock is held until the
+// commit, so feed numbers commit in increasing order and without gaps (a
+// rolled-back transaction gives its number back): a reader that sees
+// number N sees every batch before it. Follow delivers a tenant's events
+// in (feed number, pos) order, which is commit order, by reading batches
+// up to the last committed number; nothing committing later can land
+// behind a follower. The cost is that the commits of all replicas
+// serialise on that row for the span of their last statement and COMMIT;
+// group commit amortises it.
+//
+// Cursors keep their format (store.Cursor, the event's pos): Follow
+// resumes after the event a cursor names, looking up its feed number, so
+// a reconnect with the last delivered cursor (Last-Event-ID, audit tail
+// --follow) has no gap and no duplicate whichever replica serves it.
+//
+// Followers are woken by LISTEN/NOTIFY: the writing transaction sends
+// pg_notify on a channel per schema (payload: the feed number), delivered
+// on commit. Each Store has one dedicated listening connection (outside
+// the pool) for its events and approvals channels; when it drops, the
+// Store reconnects with backoff and wakes every follower and approval
+// watcher. A follower also re-reads the feed every Options.FollowPoll
+// (2 s by default) as a safety net, and this Store's own commits wake its
+// followers directly. EventsByRun and EventsByTime read every replica's
+// committed events.
+//
+// # Approvals across replicas
+//
+// ResolveApproval notifies, on commit, the approvals channel with the
+// approval's id; WatchApproval lets the approval manager wake a waiting
+// call the moment another replica resolves it. ConsumeApproval is one
+// conditional UPDATE (approved and unexpired → consumed), so exactly one
+// caller of any replica consumes an approval.
 //
 // # Schema
 //
