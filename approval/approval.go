@@ -7,8 +7,10 @@
 // toolgate.approval.resolved).
 //
 // A waiting call resumes the moment its approval is resolved in this
-// process (Manager.Resolve wakes it); an approval resolved by another
-// process on the same store (the `toolgate approvals` command) is seen by
+// process (Manager.Resolve wakes it). An approval resolved by another
+// process on the same store (another replica, the `toolgate approvals`
+// command) wakes it at once when the store implements Watcher
+// (store/postgres, through LISTEN/NOTIFY), and otherwise is seen by
 // polling the store every PollInterval.
 package approval
 
@@ -44,8 +46,25 @@ const (
 	DefaultTTL            = 15 * time.Minute
 	DefaultWait           = 30 * time.Second
 	DefaultApproversScope = "toolgate:approve"
-	PollInterval          = 250 * time.Millisecond
+	// PollInterval is how often a waiting call re-reads a store that is
+	// not a Watcher.
+	PollInterval = 250 * time.Millisecond
+	// WatchedPollInterval is how often a waiting call re-reads a store
+	// that is a Watcher (a safety net: the store's wake-up is what resumes
+	// it).
+	WatchedPollInterval = 2 * time.Second
 )
+
+// Watcher is implemented by stores that learn when an approval is
+// resolved by another process sharing them (store/postgres, through
+// LISTEN/NOTIFY). WatchApproval returns a channel that receives a value
+// whenever approval id may have changed state (buffered, never blocking
+// the store; it carries no state, so the manager re-reads the approval)
+// and a stop function that unregisters it (idempotent). Implementations
+// must be safe for concurrent use.
+type Watcher interface {
+	WatchApproval(id string) (wake <-chan struct{}, stop func())
+}
 
 // MaxArgsSummary bounds Binding.ArgsSummary (bytes): a longer rendering is
 // cut at a rune boundary and ends with "…".
@@ -116,6 +135,10 @@ type Options struct {
 	BindingKey []byte
 	Now        func() time.Time
 	Logger     *slog.Logger
+	// Poll is how often a waiting call re-reads the store for a decision
+	// made elsewhere; 0 means WatchedPollInterval when Store is a Watcher,
+	// PollInterval otherwise.
+	Poll time.Duration
 	// Redactor scrubs the free text a person gives (an approver's or the
 	// user's reason) before it is stored or written to an event, and the
 	// argument summary shown to approvers (DESIGN.md decision 9); nil: a
@@ -136,8 +159,14 @@ func New(opts Options) (*Manager, error) {
 	if opts.Store == nil {
 		return nil, errcode.New(errcode.InvalidConfig, "approval: a store is required")
 	}
-	if opts.TTL < 0 || opts.Wait < 0 {
-		return nil, errcode.New(errcode.InvalidConfig, "approval: ttl and wait must not be negative")
+	if opts.TTL < 0 || opts.Wait < 0 || opts.Poll < 0 {
+		return nil, errcode.New(errcode.InvalidConfig, "approval: ttl, wait and poll must not be negative")
+	}
+	if opts.Poll == 0 {
+		opts.Poll = PollInterval
+		if _, ok := opts.Store.(Watcher); ok {
+			opts.Poll = WatchedPollInterval
+		}
 	}
 	if opts.TTL == 0 {
 		opts.TTL = DefaultTTL
@@ -199,9 +228,15 @@ func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error)
 	m.wake[a.ID] = append(m.wake[a.ID], ch)
 	m.mu.Unlock()
 	defer m.unwait(a.ID, ch)
+	var resolvedElsewhere <-chan struct{} // nil (never ready) unless the store is a Watcher
+	if w, ok := m.opts.Store.(Watcher); ok {
+		wake, stop := w.WatchApproval(a.ID)
+		defer stop()
+		resolvedElsewhere = wake
+	}
 	deadline := time.NewTimer(m.opts.Wait)
 	defer deadline.Stop()
-	poll := time.NewTicker(PollInterval)
+	poll := time.NewTicker(m.opts.Poll)
 	defer poll.Stop()
 	for {
 		cur, err := m.opts.Store.GetApproval(context.WithoutCancel(ctx), b.Tenant, a.ID)
@@ -225,6 +260,7 @@ func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error)
 		}
 		select {
 		case <-ch:
+		case <-resolvedElsewhere:
 		case <-poll.C:
 		case <-deadline.C:
 			return "", m.required(a)
