@@ -393,3 +393,75 @@ func TestApprovalBindsNumbersExactly(t *testing.T) {
 		t.Fatalf("the approved call: %+v", res)
 	}
 }
+
+// watched is a store whose resolutions made "elsewhere" (resolveRemotely,
+// straight on the store, bypassing the Manager) are announced through
+// Watcher, as store/postgres announces another replica's.
+type watched struct {
+	store.Approvals
+	mu       sync.Mutex
+	watchers map[string][]chan struct{}
+	watches  atomic.Int64
+}
+
+func (w *watched) WatchApproval(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.watchers[id] = append(w.watchers[id], ch)
+	w.mu.Unlock()
+	w.watches.Add(1)
+	return ch, func() {}
+}
+
+func (w *watched) resolveRemotely(t *testing.T, id string, at time.Time) {
+	t.Helper()
+	if _, err := w.ResolveApproval(context.Background(), "acme", id, store.Resolution{Status: store.ApprovalApproved, By: "bob", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.watchers[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// TestWatcherWakesWaiter: with a store that is a Watcher, a waiting call
+// resumes on the store's wake-up for a resolution made by another process
+// (the Manager's poll is an hour, so nothing else wakes it). A negative
+// poll is refused.
+func TestWatcherWakesWaiter(t *testing.T) {
+	st := &watched{Approvals: mem(t), watchers: map[string][]chan struct{}{}}
+	clk := newClock()
+	reqs := &requests{Log: audit.NewMemoryLog(), ids: make(chan string, 16)}
+	mgr, err := approval.New(approval.Options{Store: st, Events: reqs, TTL: time.Hour, Wait: time.Minute, Now: clk.Now, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *errcode.Error, 1)
+	go func() {
+		_, e := mgr.Await(context.Background(), approval.Binding{Tenant: "acme", Principal: "alice", ToolID: "native:fs.write", ArgsHash: "h"})
+		done <- e
+	}()
+	id := <-reqs.ids
+	for deadline := time.Now().Add(time.Minute); st.watches.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not watch its approval")
+		}
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
+	}
+	st.resolveRemotely(t, id, clk.Now())
+	select {
+	case e := <-done:
+		if e != nil {
+			t.Fatalf("Await: %v", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not resume on the store's wake-up")
+	}
+	if _, err := approval.New(approval.Options{Store: st, Poll: -1}); errcode.CodeOf(err) != errcode.InvalidConfig {
+		t.Fatalf("negative poll: %v, want InvalidConfig", err)
+	}
+}
