@@ -99,8 +99,12 @@
 // Store reconnects with backoff and wakes every follower and approval
 // watcher. A follower also re-reads the feed every Options.FollowPoll
 // (2 s by default) as a safety net, and this Store's own commits wake its
-// followers directly. EventsByRun and EventsByTime read every replica's
-// committed events.
+// followers directly. LISTEN needs a session of its own: through a
+// transaction-pooling proxy (PgBouncer's transaction mode) notifications
+// are lost and followers only see other replicas' commits at the safety
+// poll. Only events inserted by a Store are in the feed (a row inserted
+// by hand has no feed number and is never followed). EventsByRun and
+// EventsByTime read every replica's committed events.
 //
 // # Approvals across replicas
 //

@@ -166,7 +166,7 @@ func (s *Store) ConsumeApproval(ctx context.Context, tenant, id string, at time.
 		_, err := store.Approval{ID: id, Status: store.ApprovalApproved}.Consume(at)
 		return nil, err
 	}
-	for {
+	for attempt := 0; ; attempt++ {
 		a, err := scanApproval(s.pool.QueryRow(ctx, `UPDATE approvals SET status = $1
 			WHERE id = $2 AND tenant = $3 AND status = $4 AND (expires_at = '' OR expires_at COLLATE "C" > $5)
 			RETURNING `+approvalCols, string(store.ApprovalConsumed), id, tenant, string(store.ApprovalApproved), fmtTime(at)))
@@ -184,7 +184,12 @@ func (s *Store) ConsumeApproval(ctx context.Context, tenant, id string, at time.
 		if _, err := cur.Consume(at); err != nil {
 			return nil, err
 		}
-		// It was approved after the update looked (pending then): try again.
+		// It was approved after the update looked (pending then): try
+		// again. An approval is approved once, so this happens at most once.
+		if attempt == 2 {
+			return nil, errcode.Errorf(errcode.Conflict, "approval %q could not be consumed", id).
+				WithDetails(map[string]any{"status": string(cur.Status)})
+		}
 	}
 }
 
