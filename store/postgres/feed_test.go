@@ -294,3 +294,89 @@ func TestFollowAfterListenerReconnects(t *testing.T) {
 		return true
 	})
 }
+
+// TestFollowConcurrentReplicasWithReconnects: eight writers on two Stores
+// append 2,000 events of eight runs while two followers read: one on B
+// throughout, one that disconnects every 300 events and reconnects with
+// its last cursor, alternately on A and on B. Each sees every event once,
+// and each run's events in sequence order (0, 1, 2, … with no gap).
+func TestFollowConcurrentReplicasWithReconnects(t *testing.T) {
+	dsn := feedSchema(t)
+	stores := []*Store{openFeedStore(t, dsn, 1, Options{}), openFeedStore(t, dsn, 2, Options{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const writers, perWriter = 8, 250
+	const total = writers * perWriter
+	steady, err := stores[1].Follow(ctx, "acme", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stores[0].Follow(ctx, "acme", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for range perWriter {
+				ev := feedEvent(t, fmt.Sprintf("run_%d", w%8))
+				if err := stores[w%2].AppendEvents(ctx, ev); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	check := func(name string, got []store.Followed) {
+		t.Helper()
+		seen := map[string]bool{}
+		next := map[string]int64{}
+		for _, f := range got {
+			if seen[f.Event.EventID] {
+				t.Fatalf("%s: %s delivered twice", name, f.Event.EventID)
+			}
+			seen[f.Event.EventID] = true
+			if f.Event.Sequence != next[f.Event.RunID] {
+				t.Fatalf("%s: %s sequence %d, want %d (a gap or out of order)", name, f.Event.RunID, f.Event.Sequence, next[f.Event.RunID])
+			}
+			next[f.Event.RunID]++
+		}
+		if len(got) != total {
+			t.Fatalf("%s: %d events, want %d", name, len(got), total)
+		}
+	}
+	done := make(chan []store.Followed, 1)
+	go func() {
+		var got []store.Followed
+		for len(got) < total {
+			f, ok := <-steady
+			if !ok {
+				break
+			}
+			got = append(got, f)
+		}
+		done <- got
+	}()
+	var got []store.Followed
+	ch, fctx, fcancel := first, ctx, context.CancelFunc(func() {})
+	for n := 0; len(got) < total; n++ {
+		f := recv(t, ch)
+		got = append(got, f)
+		if len(got)%300 == 0 {
+			fcancel()
+			fctx, fcancel = context.WithCancel(ctx)
+			if ch, err = stores[n%2].Follow(fctx, "acme", f.Cursor); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fcancel()
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("reconnecting follower", got)
+	check("steady follower", <-done)
+}
