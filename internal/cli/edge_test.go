@@ -116,6 +116,14 @@ policy:
   rules:
     - {id: all, effect: allow, tools: ["mcp:up.*"]}
 `, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), auth.HashKey(key), strings.Join(authExtra, "\n"), httpYAML, upURL)
+	return startChildConfig(t, dir, cfg, key)
+}
+
+// startChildConfig runs serve as a child process with the config cfg
+// (written to dir), whose API key is key; it returns once /readyz answers
+// 200.
+func startChildConfig(t *testing.T, dir, cfg, key string) *serveChild {
+	t.Helper()
 	cfgFile := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
