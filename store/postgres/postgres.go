@@ -170,7 +170,8 @@ type Options struct {
 	// QueueSize bounds the requests waiting for the writer; callers block
 	// (honouring ctx) while it is full. 0 means DefaultQueueSize.
 	QueueSize int
-	// MaxConns bounds the connection pool (the writer uses one of them).
+	// MaxConns bounds the connection pool (the writer uses one of them);
+	// the listening connection (LISTEN/NOTIFY) is one more, outside it.
 	// 0 means DefaultMaxConns.
 	MaxConns int
 	// FollowPoll is how often a follower re-reads the feed when no
@@ -222,8 +223,9 @@ var migrationFS embed.FS
 
 // Open connects to the PostgreSQL database dsn (a postgres:// URL or a
 // key=value string, as pgx accepts), applies the pending schema
-// migrations, resumes opts.Signer's receipt chain and starts the writer.
-// Close releases it.
+// migrations, resumes opts.Signer's receipt chain, opens the listening
+// connection (LISTEN on the schema's events and approvals channels) and
+// starts the writer. Close releases it.
 //
 // Errors: InvalidArgument for a missing signer or a malformed dsn;
 // InvalidConfig for a database written by a newer toolgate, or when
