@@ -380,3 +380,46 @@ func TestFollowConcurrentReplicasWithReconnects(t *testing.T) {
 	check("reconnecting follower", got)
 	check("steady follower", <-done)
 }
+
+// TestFeedMigratesExistingEvents: a schema written before the feed
+// (migration 0001 only, with events) is upgraded by Open; its events are
+// followed from the start, in pos order, then new ones.
+func TestFeedMigratesExistingEvents(t *testing.T) {
+	dsn := feedSchema(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	initSQL, err := migrationFS.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, string(initSQL)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+		INSERT INTO schema_migrations VALUES (1, '0001_init', '');`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := conn.Exec(ctx, `INSERT INTO events (event_id, tenant, run_id, seq, type, ts, payload) VALUES ($1, 'acme', 'run_old', $2, 'agent.toolCalled', $3, '{}')`,
+			fmt.Sprintf("evt_old_%d", i), i, fmtTime(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := openFeedStore(t, dsn, 1, Options{})
+	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ch, err := s.Follow(fctx, "acme", store.FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if f := recv(t, ch); f.Event.EventID != fmt.Sprintf("evt_old_%d", i) {
+			t.Fatalf("event %d from the start: %s, want evt_old_%d", i, f.Event.EventID, i)
+		}
+	}
+	quiet(t, s, ch, "after the migrated events")
+}
