@@ -11,8 +11,11 @@
 
 -- xid is the inserting transaction's id (the default, so inserts need not
 -- name it). Existing events all get this migration's id and form batch 1.
+-- events_by_xid serves the followers' join; events_by_pos served only the
+-- followers of pos, and goes (one index per event either way).
 ALTER TABLE events ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
 CREATE INDEX events_by_xid ON events (xid, tenant, pos);
+DROP INDEX events_by_pos;
 
 -- One row per committed transaction that inserted events.
 CREATE TABLE feed (
