@@ -184,9 +184,16 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	redactor := audit.NewRedactor()
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
+	binding, err := approvalBindingKey(cfg, key, redactor)
+	if err != nil {
+		return failure("%v", err)
+	}
+	if cfg.Approvals.BindingSecret == "" && cfg.Store.Driver == "postgres" {
+		logger.Warn("approvals.binding_secret is not set: an approval is bound with this replica's signing key, so a retry through another replica asks for a new approval instead of consuming it; give every replica the same binding_secret")
+	}
 	approvals, err := approval.New(approval.Options{Store: st, Events: store.EventLog(st), TTL: ttl, Wait: wait,
 		ApproversScope: cfg.Approvals.ApproversScope, AllowSelfApproval: cfg.Approvals.AllowSelfApproval, Logger: logger,
-		BindingKey: bindingKey(key), Redactor: redactor})
+		BindingKey: binding, Redactor: redactor})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -350,23 +357,45 @@ func bindingKey(key ed25519.PrivateKey) []byte {
 	return sum[:]
 }
 
+// approvalBindingKey is the approvals' argument-binding HMAC key: derived
+// from approvals.binding_secret (resolved, and registered for redaction)
+// when it is set, so that every replica sharing the store binds alike;
+// otherwise bindingKey(key).
+func approvalBindingKey(cfg *config.Config, key ed25519.PrivateKey, redactor *audit.Redactor) ([]byte, error) {
+	if cfg.Approvals.BindingSecret == "" {
+		return bindingKey(key), nil
+	}
+	secret, err := resolveCredentials(cfg, cfg.Approvals.BindingSecret, redactor)
+	if err != nil {
+		return nil, fmt.Errorf("approvals.binding_secret: %v", err)
+	}
+	sum := sha256.Sum256(append([]byte("toolgate approval binding secret v1\x00"), secret...))
+	return sum[:], nil
+}
+
+// resolveCredentials expands the {{credential:NAME}} references of v,
+// registering each resolved value with redactor.
+func resolveCredentials(cfg *config.Config, v string, redactor *audit.Redactor) (string, error) {
+	return config.ExpandCredentials(v, func(name string) (string, error) {
+		cr, ok := cfg.Credentials[name]
+		if !ok {
+			return "", fmt.Errorf("credential %s is not declared", name)
+		}
+		v, err := cr.Resolve(name)
+		if err == nil {
+			redactor.AddSecret(name, v)
+		}
+		return v, err
+	})
+}
+
 // buildHooks makes the config's webhook hooks, their signing secrets
 // resolved from credentials (and registered for redaction).
 func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) ([]hook.Registration, []*webhook.Hook, error) {
 	var regs []hook.Registration
 	var hs []*webhook.Hook
 	for _, hc := range cfg.Hooks {
-		secret, err := config.ExpandCredentials(hc.Secret, func(name string) (string, error) {
-			cr, ok := cfg.Credentials[name]
-			if !ok {
-				return "", fmt.Errorf("credential %s is not declared", name)
-			}
-			v, err := cr.Resolve(name)
-			if err == nil {
-				redactor.AddSecret(name, v)
-			}
-			return v, err
-		})
+		secret, err := resolveCredentials(cfg, hc.Secret, redactor)
 		if err != nil {
 			return nil, hs, fmt.Errorf("hook %s: %v", hc.Name, err)
 		}

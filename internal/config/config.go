@@ -300,6 +300,13 @@ type Approvals struct {
 	Wait              string `yaml:"wait"`
 	ApproversScope    string `yaml:"approvers_scope"`
 	AllowSelfApproval bool   `yaml:"allow_self_approval"`
+	// BindingSecret keys the HMAC that binds an approval to a call's exact
+	// arguments, as a credential reference ("{{credential:NAME}}"). Every
+	// replica sharing one store must have the same secret, so that a call
+	// approved through one replica is matched (and consumed once) by its
+	// retry on another. Empty: derived from the replica's signing key,
+	// which suits one replica.
+	BindingSecret string `yaml:"binding_secret"`
 }
 
 // Hook is a config-declared webhook hook.
@@ -925,6 +932,13 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	for _, d := range []struct{ k, v string }{{"ttl", c.Approvals.TTL}, {"wait", c.Approvals.Wait}} {
 		if !validDuration(d.v) {
 			add(at("approvals", d.k), "approvals.%s %q is not a duration", d.k, d.v)
+		}
+	}
+	if b := c.Approvals.BindingSecret; b != "" {
+		if !credRef.MatchString(b) || strings.TrimSpace(credRef.ReplaceAllString(b, "")) != "" {
+			add(at("approvals", "binding_secret"), "approvals.binding_secret: want a credential reference such as \"{{credential:approval-binding}}\" (shared by every replica)")
+		} else {
+			c.checkRefs(b, at("approvals", "binding_secret"), add)
 		}
 	}
 	hookNames := map[string]bool{}

@@ -307,3 +307,22 @@ func TestRateLimitRedisKeys(t *testing.T) {
 		t.Errorf("decoded %+v", c.RateLimit)
 	}
 }
+
+// approvals.binding_secret must be a credential reference to a declared
+// credential (it is a secret shared by replicas, never a literal).
+func TestApprovalBindingSecret(t *testing.T) {
+	for _, c := range []struct{ secret, want string }{
+		{`plaintext`, "approvals.binding_secret: want a credential reference"},
+		{`"{{credential:nope}}"`, "{{credential:nope}} refers to an undeclared credential"},
+		{`"{{credential:bind}}"`, ""},
+	} {
+		src := "credentials:\n  bind: {env: TG_BIND}\napprovals: {binding_secret: " + c.secret + "}\n"
+		_, err := Parse("c.yaml", []byte(src))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.secret, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: err = %v, want %q", c.secret, err, c.want)
+		}
+	}
+}
