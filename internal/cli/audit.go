@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/sqlite"
@@ -101,8 +105,9 @@ store.driver), one JSON object per line:
 one run's events in sequence order (--run), or all of the tenant's events in commit order. With
 --follow, keep printing new events as they are committed, by this or any other process (a running
 gateway), until interrupted; the SQLite store is polled, so an event shows within 200 ms. On
-PostgreSQL, --follow prints the stored events, then only what this command's own connection sees
-live: the commit-ordered feed of every replica's events is not built yet in this version.`,
+PostgreSQL, --follow prints what every replica commits, in commit order, woken by LISTEN/NOTIFY.
+When the store cannot be read (a lost connection, a server restart), --follow says so on stderr
+and resumes after the last printed event once it can, printing none twice.`,
 		Example: `  toolgate audit tail --config toolgate.yaml --tenant acme --run run-42
   toolgate audit tail --config toolgate.yaml --tenant acme --follow`,
 		Args: cobra.NoArgs,
@@ -121,19 +126,7 @@ live: the commit-ordered feed of every replica's events is not built yet in this
 			enc.SetEscapeHTML(false)
 			emit := func(e audit.Event) error { return enc.Encode(e) }
 			if follow {
-				ch, err := st.Follow(ctx, tenant, store.FromStart)
-				if err != nil {
-					return err
-				}
-				for f := range ch {
-					if run != "" && f.Event.RunID != run {
-						continue
-					}
-					if err := emit(f.Event); err != nil {
-						return err
-					}
-				}
-				return ctx.Err()
+				return followEvents(ctx, st, tenant, run, emit, cmd.ErrOrStderr(), time.Second)
 			}
 			if run != "" {
 				for after := int64(-1); ; {
@@ -178,4 +171,46 @@ live: the commit-ordered feed of every replica's events is not built yet in this
 	_ = cmd.MarkFlagRequired("config")
 	_ = cmd.MarkFlagRequired("tenant")
 	return cmd
+}
+
+// followEvents prints tenant's events (only run's when run is set) from
+// the start of the log as they are committed, until ctx ends. A feed that
+// ends before ctx does (Events.Follow closes its channel when the store
+// cannot be read) is followed again from the last printed event's cursor,
+// after retry, with a note on warn; so is a Follow refused as unavailable.
+// Other Follow errors (an invalid cursor, a tenant refused) end it.
+func followEvents(ctx context.Context, st store.Events, tenant, run string, emit func(audit.Event) error, warn io.Writer, retry time.Duration) error {
+	cursor := store.FromStart
+	for {
+		ch, err := st.Follow(ctx, tenant, cursor)
+		if err == nil {
+			for f := range ch {
+				cursor = f.Cursor
+				if run != "" && f.Event.RunID != run {
+					continue
+				}
+				if err := emit(f.Event); err != nil {
+					return err
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		switch errcode.CodeOf(err) {
+		case "", errcode.AuditUnavailable:
+		default:
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(warn, "toolgate: audit tail: the store cannot be read (%v); retrying in %s\n", err, retry)
+		} else {
+			fmt.Fprintf(warn, "toolgate: audit tail: the feed was interrupted; resuming after the last printed event in %s\n", retry)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retry):
+		}
+	}
 }
