@@ -277,7 +277,7 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 func (w *writer) apply(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr error) {
 	req.seqs, req.recs = nil, nil
 	if len(req.events) > 0 {
-		if rerr, serr = insertEvents(ctx, tx, req); rerr != nil || serr != nil {
+		if rerr, serr = insertEvents(ctx, tx, req, w.s.signer.KeyID()); rerr != nil || serr != nil {
 			return rerr, serr
 		}
 	}
@@ -313,8 +313,8 @@ func (w *writer) apply(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr
 
 // insertEvents checks req's events against the stored ones (idempotent
 // re-append, conflicts), takes the new ones' sequences from run_heads and
-// inserts them.
-func insertEvents(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr error) {
+// inserts them, marked with chainID (the writer's signing key id).
+func insertEvents(ctx context.Context, tx pgx.Tx, req *request, chainID string) (rerr, serr error) {
 	evs := req.events
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
@@ -395,10 +395,12 @@ func insertEvents(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr erro
 	if len(idx) == 0 {
 		return nil, nil
 	}
-	rows, err = tx.Query(ctx, `INSERT INTO events (event_id, tenant, principal, run_id, seq, type, ts, causation_id, schema_version, payload)
-		SELECT e, t, p, r, s, ty, ts, c, sv, pl FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bytea[])
+	// chain_id records which replica (signing key) wrote the events, for
+	// OpenCalls after a crash (migration 0004).
+	rows, err = tx.Query(ctx, `INSERT INTO events (event_id, tenant, principal, run_id, seq, type, ts, causation_id, schema_version, payload, chain_id)
+		SELECT e, t, p, r, s, ty, ts, c, sv, pl, $11 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bytea[])
 			WITH ORDINALITY AS u(e, t, p, r, s, ty, ts, c, sv, pl, ord) ORDER BY ord
-		RETURNING pos, event_id`, eids, tenants, principals, runs, seqs, types, tss, causes, schemas, payloads)
+		RETURNING pos, event_id`, eids, tenants, principals, runs, seqs, types, tss, causes, schemas, payloads, chainID)
 	if err != nil {
 		return classify(req.op, err)
 	}
