@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -208,4 +209,68 @@ signing: {key_file: %s}
 	if code != ExitFailure || !strings.Contains(errOut, "opening store postgres://postgres:xxxxx@127.0.0.1:1/test") || strings.Contains(errOut, "s3cret") {
 		t.Fatalf("serve with PostgreSQL down: %d %q", code, errOut)
 	}
+}
+
+// TestValidatePostgresBackend (issue 14 point 9): validate accepts
+// store.driver postgres when PostgreSQL answers (without migrating the
+// schema), reports store.dsn with its line and the DSN without its
+// password when it does not, within the timeout, and --offline skips the
+// check.
+func TestValidatePostgresBackend(t *testing.T) {
+	dsn := postgresSchema(t)
+	live := writeFile(t, "pg-live.yaml", string(demoConfig)+fmt.Sprintf("\nstore: {driver: postgres, dsn: %q}\n", dsn))
+	if code, out, errOut := run(t, "", "validate", "--config", live); code != ExitOK || !strings.Contains(out, "OK") {
+		t.Fatalf("validate with a live PostgreSQL: %d %q %q", code, out, errOut)
+	}
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var tables int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("validate changed the schema: %d tables (%v)", tables, err)
+	}
+	// A port nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dead := writeFile(t, "pg-dead.yaml", string(demoConfig)+"\nstore:\n  driver: postgres\n  dsn: \"postgres://postgres:s3cret@"+addr+"/test?sslmode=disable\"\n")
+	start := time.Now()
+	code, out, errOut := run(t, "", "validate", "--config", dead)
+	if code != ExitFailure || out != "" || !strings.Contains(errOut, "pg-dead.yaml:") ||
+		!strings.Contains(errOut, "store postgres://postgres:xxxxx@"+addr+"/test") || !strings.Contains(errOut, "PostgreSQL did not answer") ||
+		strings.Contains(errOut, "s3cret") {
+		t.Fatalf("validate with PostgreSQL down: %d %q %q", code, out, errOut)
+	}
+	t.Logf("validate with PostgreSQL down failed in %s", time.Since(start).Round(time.Millisecond))
+	if code, out, errOut := run(t, "", "validate", "--offline", "--config", dead); code != ExitOK || !strings.Contains(out, "OK") {
+		t.Fatalf("validate --offline: %d %q %q", code, out, errOut)
+	}
+	// A server that accepts connections and never answers: the check
+	// gives up after its timeout instead of hanging.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	hung := writeFile(t, "pg-hung.yaml", string(demoConfig)+"\nstore: {driver: postgres, dsn: \"postgres://postgres@"+silent.Addr().String()+"/test?sslmode=disable\"}\n")
+	start = time.Now()
+	code, _, errOut = run(t, "", "validate", "--config", hung)
+	if code != ExitFailure || !strings.Contains(errOut, "PostgreSQL did not answer within 5s") {
+		t.Fatalf("validate with a silent PostgreSQL: %d %q", code, errOut)
+	}
+	t.Logf("validate with a silent PostgreSQL failed in %s", time.Since(start).Round(time.Millisecond))
 }

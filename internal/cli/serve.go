@@ -36,7 +36,6 @@ import (
 	rlredis "github.com/toolgate/toolgate/ratelimit/redis"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
-	"github.com/toolgate/toolgate/store/sqlite"
 )
 
 // quickStart is the embedded configuration of `toolgate serve` without
@@ -87,8 +86,9 @@ log (GET /v1/runs/{runId}/events, SSE at /v1/events/stream) and POST /v1/policy/
 gate, store and credentials; openwop.test_seams: true adds the conformance seams under /v1/host/sample/.
 
 /healthz answers 200 while the process runs; /readyz answers 200 once every upstream server has
-been connected and listed (its body counts the open MCP sessions and upstream processes; /metrics
-has them too). SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
+been connected and listed and while the shared backends answer (store.driver postgres; ratelimit
+backend redis unless on_unavailable: allow), else 503 naming what is missing (its body counts the
+open MCP sessions and upstream processes; /metrics has them too). SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
 reloads the policy from --config (kept unchanged if the new file has issues).`,
 		Example: `  toolgate serve
   toolgate serve --config toolgate.yaml`,
@@ -222,19 +222,21 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	// Calls the previous run left open (kill -9, a crash) are closed as
 	// gateway_restarted before anything is served, so every call in the
 	// store is paired with an outcome and a receipt (issue 13 point 13).
-	// Only a store this gateway owns alone (sqlite, Exclusive) can tell
-	// the calls the previous run left open: on a shared PostgreSQL store
-	// the open calls are those of the other replicas, still running.
+	// On sqlite (Exclusive) every open call is the previous run's; on a
+	// shared PostgreSQL store only those this replica (its signing key)
+	// wrote are: the other replicas' open calls may still be running.
 	var open []audit.Event
-	if sq, ok := st.(*sqlite.Store); ok {
-		if open, err = sq.OpenCalls(ctx); err != nil {
-			return failure("store %s: reading open calls: %v", cfg.Store.DSN, err)
+	if oc, ok := st.(interface {
+		OpenCalls(context.Context) ([]audit.Event, error)
+	}); ok {
+		if open, err = oc.OpenCalls(ctx); err != nil {
+			return failure("store %s: reading open calls: %v", storeName(cfg), err)
 		}
 	}
 	if len(open) > 0 {
 		n, err := pipe.CloseInterrupted(ctx, open)
 		if err != nil && errcode.CodeOf(err) != errcode.InvalidArgument {
-			return failure("store %s: closing %d interrupted calls: %v", cfg.Store.DSN, len(open), err)
+			return failure("store %s: closing %d interrupted calls: %v", storeName(cfg), len(open), err)
 		}
 		if err != nil {
 			logger.Error("some open calls could not be closed", "err", err)
@@ -302,13 +304,31 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns Open connections that have not yet authenticated (capped by http.max_unauthenticated_conns).\n# TYPE toolgate_http_unauthenticated_conns gauge\ntoolgate_http_unauthenticated_conns %d\n", ed.unauth.Load())
 		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns_refused_total New connections closed at once because http.max_unauthenticated_conns was reached.\n# TYPE toolgate_http_unauthenticated_conns_refused_total counter\ntoolgate_http_unauthenticated_conns_refused_total %d\n", ed.refused.Load())
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	// /readyz also probes the shared backends (PostgreSQL, Redis): while one
+	// does not answer, calls are refused (audit_unavailable,
+	// ratelimit_unavailable), so the replica is not ready. With redis
+	// on_unavailable: allow calls still run, so Redis is not probed.
+	ready := &readiness{log: logger}
+	if pg, ok := st.(interface{ Ping(context.Context) error }); ok {
+		ready.probes = append(ready.probes, backendProbe{name: "store (postgres)", ping: pg.Ping})
+	}
+	if rl, ok := limiter.(interface{ Ping(context.Context) error }); ok && cfg.RateLimit.OnUnavailable != "allow" {
+		ready.probes = append(ready.probes, backendProbe{name: "ratelimit (redis)", ping: rl.Ping})
+	}
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !gw.Ready() {
+		down := ready.unavailable(r.Context())
+		switch {
+		case !gw.Ready():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "upstream servers are still connecting\n")
-		} else {
+		case len(down) > 0:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
 			io.WriteString(w, "ready\n")
+		}
+		for _, name := range down {
+			fmt.Fprintf(w, "%s unavailable\n", name)
 		}
 		gw.WriteReadiness(w)
 	})
@@ -496,18 +516,19 @@ func logPolicyWarnings(log *slog.Logger, cfg *config.Config) {
 	}
 }
 
-// limiterConnectTimeout bounds serve's and validate's first contact with a
-// shared rate limiter (Redis).
-const limiterConnectTimeout = 5 * time.Second
+// backendConnectTimeout bounds validate's check of a shared backend
+// (PostgreSQL, Redis) and serve's first contact with a shared rate limiter
+// (Redis).
+const backendConnectTimeout = 5 * time.Second
 
 // buildLimiter returns the rate limiter cfg.RateLimit selects and its
 // closer: in-process buckets (memory), or Redis, which must answer within
-// limiterConnectTimeout (serve fails fast when it does not).
+// backendConnectTimeout (serve fails fast when it does not).
 func buildLimiter(ctx context.Context, cfg *config.Config, logger *slog.Logger) (ratelimit.Limiter, func(), error) {
 	if cfg.RateLimit.Backend != "redis" {
 		return ratelimit.NewMemory(ratelimit.MemoryOptions{}), func() {}, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, limiterConnectTimeout)
+	cctx, cancel := context.WithTimeout(ctx, backendConnectTimeout)
 	defer cancel()
 	l, err := rlredis.New(cctx, rlredis.Options{URL: cfg.RateLimit.URL, Prefix: cfg.RateLimit.KeyPrefix,
 		AllowUnavailable: cfg.RateLimit.OnUnavailable == "allow", Logger: logger})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/store/postgres"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -24,9 +25,10 @@ validate every section and compile the policy (CEL conditions type-checked). All
 section are reported at once, one per line as file:line:col: message. What serve would hit with the
 file here is an issue too: a backend the config format names but this build's serve lacks
 (store.driver memory, audit.retention on postgres), a stdio command not found on PATH or not
-executable, a rule naming a server that is not configured, and a shared backend
-(ratelimit.backend redis) that does not answer within 5s (--offline skips that check). Nothing is
-started, and nothing but that backend is connected to.
+executable, a rule naming a server that is not configured, and a shared backend (store.driver
+postgres, ratelimit.backend redis) that does not answer within 5s (--offline skips that check;
+the DSN is named without its password). Nothing is started, no schema is changed, and nothing
+but those backends is connected to.
 Credentials that this environment cannot read are warnings (serve reads its own environment), and
 so is a policy rule that applies startsWith to an argument named like a path (use path.isUnder).
 Exits 0 when the file is valid, 1 otherwise.`,
@@ -83,7 +85,7 @@ Exits 0 when the file is valid, 1 otherwise.`,
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (required)")
-	cmd.Flags().BoolVar(&offline, "offline", false, "do not check that shared backends (Redis) answer")
+	cmd.Flags().BoolVar(&offline, "offline", false, "do not check that shared backends (PostgreSQL, Redis) answer")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
@@ -137,19 +139,30 @@ func loadConfig(file string) (*config.Config, error) {
 }
 
 // reachIssues reports a shared backend of cfg that does not answer within
-// limiterConnectTimeout: today ratelimit.backend redis, located at
-// ratelimit.url.
+// backendConnectTimeout: store.driver postgres (a connection and a ping,
+// no schema change; located at store.dsn, the DSN named without its
+// password) and ratelimit.backend redis (located at ratelimit.url).
 func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
-	if cfg.RateLimit.Backend != "redis" {
-		return nil
-	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	_, closeLimiter, err := buildLimiter(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return policy.Issues{{Pos: cfg.PosOf("ratelimit", "url"), Message: err.Error()}}
+	var is policy.Issues
+	if cfg.Store.Driver == "postgres" {
+		pctx, cancel := context.WithTimeout(ctx, backendConnectTimeout)
+		err := postgres.Ping(pctx, cfg.Store.DSN)
+		cancel()
+		if err != nil {
+			is = append(is, policy.Issue{Pos: cfg.PosOf("store", "dsn"),
+				Message: fmt.Sprintf("store %s: PostgreSQL did not answer within %s: %v", redactDSN(cfg.Store.DSN), backendConnectTimeout, err)})
+		}
 	}
-	closeLimiter()
-	return nil
+	if cfg.RateLimit.Backend == "redis" {
+		_, closeLimiter, err := buildLimiter(ctx, cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			is = append(is, policy.Issue{Pos: cfg.PosOf("ratelimit", "url"), Message: err.Error()})
+		} else {
+			closeLimiter()
+		}
+	}
+	return is
 }

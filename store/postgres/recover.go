@@ -16,7 +16,7 @@ import (
 // position order: the calls a previous run of this replica left open when
 // it stopped without finishing them (kill -9, a crash). The calls of other
 // replicas (other signing keys), which may still be running, are never
-// returned, nor are events stored before migration 0004 (chain_id ”).
+// returned, nor are events stored before migration 0004 (an empty chain_id).
 //
 // Call it at start, before this Store's gateway serves calls
 // (pipeline.Pipeline.CloseInterrupted): it cannot tell this replica's
