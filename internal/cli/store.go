@@ -111,12 +111,3 @@ func redactDSN(dsn string) string {
 	}
 	return "postgres"
 }
-
-// storeName names cfg's store in a message: the sqlite path, or the
-// postgres DSN without its password.
-func storeName(cfg *config.Config) string {
-	if cfg.Store.Driver == "postgres" {
-		return redactDSN(cfg.Store.DSN)
-	}
-	return cfg.Store.DSN
-}
