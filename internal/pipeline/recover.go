@@ -13,8 +13,9 @@ import (
 
 // CloseInterrupted closes calls that a previous run of the gateway started
 // and never finished (issue 13 point 13): for each agent.toolCalled event
-// of called (a store's open calls, e.g. sqlite.Store.OpenCalls, read at
-// start before any call runs), it records agent.toolReturned {status:
+// of called (a store's open calls read at start before any call runs:
+// sqlite.Store.OpenCalls, or on a shared store postgres.Store.OpenCalls,
+// which returns only this replica's), it records agent.toolReturned {status:
 // error, error.code: gateway_restarted, error.details.ran: "unknown"},
 // without durationMs (whether and how long the tool ran is unknown), and
 // its receipt: decision effect allow (the call had passed the gate; rule and

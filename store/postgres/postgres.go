@@ -114,6 +114,14 @@
 // conditional UPDATE (approved and unexpired → consumed), so exactly one
 // caller of any replica consumes an approval.
 //
+// # Interrupted calls
+//
+// Every event records the chain id (signing key id) of the Store that
+// inserted it (events.chain_id). OpenCalls returns the agent.toolCalled
+// events of this Store's chain that no agent.toolReturned answers, so a
+// replica restarted with its key after a crash closes the calls it left
+// open, and never those of another replica, which may still run.
+//
 // # Schema
 //
 // The schema is a set of embedded, numbered migrations

@@ -21,12 +21,17 @@ import (
 // Call it at start, before this Store's gateway serves calls
 // (pipeline.Pipeline.CloseInterrupted): it cannot tell this replica's
 // running calls from interrupted ones. It relies on each live replica
-// having its own key. Errors: AuditUnavailable if the server cannot be
-// reached or the Store is closed; Cancelled, Timeout if ctx ends first.
+// having its own key. Errors: InvalidArgument for a Store opened with
+// NoReceipts and no Signer (it writes under no chain id); AuditUnavailable
+// if the server cannot be reached or the Store is closed; Cancelled,
+// Timeout if ctx ends first.
 func (s *Store) OpenCalls(ctx context.Context) ([]audit.Event, error) {
 	const op = "open calls"
 	if err := s.readable(ctx, op); err != nil {
 		return nil, err
+	}
+	if s.signer == nil {
+		return nil, errcode.New(errcode.InvalidArgument, op+": a Store without a signer (NoReceipts) has no calls of its own")
 	}
 	recs, err := s.queryRecords(ctx, op, `SELECT `+eventCols+` FROM events c
 		WHERE c.type = $1 AND c.chain_id = $2 AND NOT EXISTS (

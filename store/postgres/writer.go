@@ -277,7 +277,7 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 func (w *writer) apply(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr error) {
 	req.seqs, req.recs = nil, nil
 	if len(req.events) > 0 {
-		if rerr, serr = insertEvents(ctx, tx, req, w.s.signer.KeyID()); rerr != nil || serr != nil {
+		if rerr, serr = insertEvents(ctx, tx, req, w.s.ChainID()); rerr != nil || serr != nil {
 			return rerr, serr
 		}
 	}
@@ -313,7 +313,8 @@ func (w *writer) apply(ctx context.Context, tx pgx.Tx, req *request) (rerr, serr
 
 // insertEvents checks req's events against the stored ones (idempotent
 // re-append, conflicts), takes the new ones' sequences from run_heads and
-// inserts them, marked with chainID (the writer's signing key id).
+// inserts them, marked with chainID (the writer's signing key id, "" for
+// a Store without a Signer).
 func insertEvents(ctx context.Context, tx pgx.Tx, req *request, chainID string) (rerr, serr error) {
 	evs := req.events
 	ids := make([]string, len(evs))
