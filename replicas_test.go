@@ -28,6 +28,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/cli"
 	"github.com/toolgate/toolgate/receipt"
 )
 
@@ -407,8 +408,10 @@ func TestTwoReplicas(t *testing.T) {
 	t.Run("shared rate limit", func(t *testing.T) { testSharedRateLimit(t, rs) })
 	t.Run("tenant_tool budget", func(t *testing.T) { testTenantBudget(t, rs) })
 	t.Run("approval across replicas", func(t *testing.T) { testApprovalAcross(t, rs) })
-	// Last: it kills replica A.
+	t.Run("receipts verify two chains", func(t *testing.T) { testVerifyTwoChains(t, rs) })
+	// It kills replica A: only the check of the chains it left follows.
 	t.Run("kill -9 of a replica under load", func(t *testing.T) { testKillReplicaUnderLoad(t, rs) })
+	t.Run("receipts verify two chains after the kill", func(t *testing.T) { verifyTwoChains(t, rs, rs.b.cfg) })
 }
 
 // (a) With burst N, N calls of one principal spread over both replicas
@@ -571,6 +574,31 @@ func testApprovalAcross(t *testing.T, rs *replicaSet) {
 	}
 	if n := rs.upstream.ran("gated"); n != 1 {
 		t.Errorf("the gated tool ran %d times after the retry on B; want 1", n)
+	}
+}
+
+// (e) `toolgate receipts verify --config` verifies every chain in the
+// shared store and reports each: here two, A's and B's, verified.
+func testVerifyTwoChains(t *testing.T, rs *replicaSet) { verifyTwoChains(t, rs, rs.a.cfg) }
+
+// verifyTwoChains runs `toolgate receipts verify --config cfg` (either
+// replica's file: the store is shared) and checks that it reports A's and
+// B's chains, each verified.
+func verifyTwoChains(t *testing.T, rs *replicaSet, cfg string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Main(t.Context(), []string{"receipts", "verify", "--config", cfg}, strings.NewReader(""), &out, &errOut)
+	t.Logf("receipts verify --config:\n%s%s", out.String(), errOut.String())
+	if code != cli.ExitOK || strings.Contains(out.String(), "FAILED") {
+		t.Fatalf("receipts verify --config: exit %d; want 0 with two verified chains", code)
+	}
+	if !strings.Contains(out.String(), "in 2 chain(s), every chain verified") {
+		t.Errorf("receipts verify --config does not report two verified chains")
+	}
+	for _, r := range []*replica{rs.a, rs.b} {
+		if !strings.Contains(out.String(), "chain "+r.chainID+": verified") {
+			t.Errorf("receipts verify --config does not report %s's chain %s as verified", r.name, r.chainID)
+		}
 	}
 }
 
