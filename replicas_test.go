@@ -485,10 +485,11 @@ func testTenantBudget(t *testing.T, rs *replicaSet) {
 
 // approvalView is an approval of GET /v1/approvals.
 type approvalView struct {
-	ID        string `json:"id"`
-	Principal string `json:"principal"`
-	ToolID    string `json:"toolId"`
-	Status    string `json:"status"`
+	ID          string `json:"id"`
+	Principal   string `json:"principal"`
+	ToolID      string `json:"toolId"`
+	ArgsSummary string `json:"argsSummary"`
+	Status      string `json:"status"`
 }
 
 func listApprovals(t *testing.T, r *replica, status string) []approvalView {
@@ -574,6 +575,53 @@ func testApprovalAcross(t *testing.T, rs *replicaSet) {
 	}
 	if n := rs.upstream.ran("gated"); n != 1 {
 		t.Errorf("the gated tool ran %d times after the retry on B; want 1", n)
+	}
+
+	// The operator's CLI, with B's config, approves a call waiting on A
+	// (here over HTTP) just the same.
+	args = map[string]any{"item": "report-8"}
+	type httpResult struct {
+		a   httpAnswer
+		err error
+		at  time.Time
+	}
+	httpDone := make(chan httpResult, 1)
+	go func() {
+		a, err := postCall(t.Context(), rs.a, "alice", "mcp:up.gated", "", args)
+		httpDone <- httpResult{a, err, time.Now()}
+	}()
+	var second approvalView
+	pollUntil(t, 20*time.Second, "the second approval requested on A to appear in B's inbox", func() bool {
+		for _, a := range listApprovals(t, rs.b, "pending") {
+			if a.Principal == "alice" && a.ToolID == "mcp:up.gated" && strings.Contains(a.ArgsSummary, "report-8") {
+				second = a
+				return true
+			}
+		}
+		return false
+	})
+	var out, errOut bytes.Buffer
+	if code := cli.Main(t.Context(), []string{"approvals", "approve", second.ID, "--config", rs.b.cfg, "--tenant", "acme", "--as", "approver"},
+		strings.NewReader(""), &out, &errOut); code != cli.ExitOK {
+		t.Fatalf("toolgate approvals approve %s --config B: %d %q %q", second.ID, code, out.String(), errOut.String())
+	}
+	approved = time.Now()
+	var hr httpResult
+	select {
+	case hr = <-httpDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the HTTP call on A did not resume within 20 s of the CLI approval")
+	}
+	latency = hr.at.Sub(approved)
+	t.Logf("CLI approval (B's config) → HTTP call on A returned in %s", latency)
+	if hr.err != nil || hr.a.Status != http.StatusOK || hr.a.CallStatus != "ok" {
+		t.Fatalf("the call on A approved by the CLI: %+v %v", hr.a, hr.err)
+	}
+	if latency > 3*time.Second {
+		t.Errorf("the call on A resumed %s after the CLI approval; the issue wants within 1 s (asserted: 3 s)", latency)
+	}
+	if n := rs.upstream.ran("gated"); n != 2 {
+		t.Errorf("the gated tool ran %d times after two approvals; want 2", n)
 	}
 }
 
