@@ -408,6 +408,7 @@ func TestTwoReplicas(t *testing.T) {
 	t.Run("shared rate limit", func(t *testing.T) { testSharedRateLimit(t, rs) })
 	t.Run("tenant_tool budget", func(t *testing.T) { testTenantBudget(t, rs) })
 	t.Run("approval across replicas", func(t *testing.T) { testApprovalAcross(t, rs) })
+	t.Run("event stream across replicas", func(t *testing.T) { testStreamAcross(t, rs) })
 	t.Run("receipts verify two chains", func(t *testing.T) { testVerifyTwoChains(t, rs) })
 	// It kills replica A: only the check of the chains it left follows.
 	t.Run("kill -9 of a replica under load", func(t *testing.T) { testKillReplicaUnderLoad(t, rs) })
