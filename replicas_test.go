@@ -32,12 +32,6 @@ import (
 	"github.com/toolgate/toolgate/receipt"
 )
 
-// Issue 14 acceptance 2: two real `toolgate serve` processes on different
-// 127.0.0.1 ports share one PostgreSQL schema and one Redis key prefix,
-// each signing with its own key, and are driven over MCP (the Go SDK's
-// Streamable HTTP client) and HTTP (/v1/calls) as one deployment behind a
-// load balancer would be.
-
 // replicaBursts of the policy's rate limits (rate 1/h, so no token comes
 // back while the test runs).
 const (
@@ -403,6 +397,13 @@ func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 	}
 }
 
+// TestTwoReplicas (issue 14 acceptance 2): two real `toolgate serve`
+// processes on different 127.0.0.1 ports share one PostgreSQL schema and
+// one Redis key prefix, each signing with its own key, and are driven
+// over MCP (the Go SDK's Streamable HTTP client) and HTTP (/v1/calls) as
+// one deployment behind a load balancer would be. The upstream is an
+// in-process go-sdk server. The sub-tests run in order on the same two
+// replicas, each on its own tools or runs.
 func TestTwoReplicas(t *testing.T) {
 	rs := startReplicas(t)
 	t.Run("shared rate limit", func(t *testing.T) { testSharedRateLimit(t, rs) })
