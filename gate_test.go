@@ -152,8 +152,15 @@ rules:
 func TestFailClosed(t *testing.T) {
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
+	// enforceWithin registers an enforce hook with the given timeout; the
+	// timeout cases use a short one, the others (which answer at once) a
+	// generous one, so that a loaded machine does not turn their verdict
+	// into a timeout.
+	enforceWithin := func(timeout time.Duration, name string, before func(ctx context.Context, c *hook.Call) (hook.Verdict, error)) []hook.Registration {
+		return []hook.Registration{{Name: name, Mode: hook.Enforce, Timeout: timeout, Hook: hook.Funcs{BeforeFunc: before}}}
+	}
 	enforce := func(name string, before func(ctx context.Context, c *hook.Call) (hook.Verdict, error)) []hook.Registration {
-		return []hook.Registration{{Name: name, Mode: hook.Enforce, Timeout: 20 * time.Millisecond, Hook: hook.Funcs{BeforeFunc: before}}}
+		return enforceWithin(10*time.Second, name, before)
 	}
 	allowAll := `
 rules:
@@ -193,11 +200,11 @@ rules:
 		{name: "enforce hook panic", policy: mustPolicy(t, allowAll), hooks: enforce("boom", func(context.Context, *hook.Call) (hook.Verdict, error) {
 			panic("nil map")
 		}), code: errcode.Forbidden, reason: "panicked"},
-		{name: "enforce hook timeout (honours ctx)", policy: mustPolicy(t, allowAll), hooks: enforce("slow", func(ctx context.Context, _ *hook.Call) (hook.Verdict, error) {
+		{name: "enforce hook timeout (honours ctx)", policy: mustPolicy(t, allowAll), hooks: enforceWithin(20*time.Millisecond, "slow", func(ctx context.Context, _ *hook.Call) (hook.Verdict, error) {
 			<-ctx.Done()
 			return hook.Verdict{}, ctx.Err()
 		}), code: errcode.Forbidden, reason: "hook slow"},
-		{name: "enforce hook timeout (ignores ctx)", policy: mustPolicy(t, allowAll), hooks: enforce("stuck", func(context.Context, *hook.Call) (hook.Verdict, error) {
+		{name: "enforce hook timeout (ignores ctx)", policy: mustPolicy(t, allowAll), hooks: enforceWithin(20*time.Millisecond, "stuck", func(context.Context, *hook.Call) (hook.Verdict, error) {
 			<-block
 			return hook.Verdict{}, nil
 		}), code: errcode.Forbidden, reason: "deadline exceeded"},
