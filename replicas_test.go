@@ -191,12 +191,21 @@ func randomHex(t *testing.T, n int) string {
 func writeReplicaConfig(t *testing.T, dir, name, dsn, redisURL, prefix, upstream, approvalWait string) string {
 	t.Helper()
 	cfg := filepath.Join(dir, name+".yaml")
+	// The approvals' binding secret every replica shares (so that a call
+	// approved through one replica is consumed by its retry on another).
+	if secret := filepath.Join(dir, "binding.secret"); !fileExists(secret) {
+		if err := os.WriteFile(secret, []byte(randomHex(t, 32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `listen: 127.0.0.1:0
 naming: {prefix: always}
 store: {driver: postgres, dsn: %q}
 ratelimit: {backend: redis, url: %q, key_prefix: %q}
 signing: {key_file: %q}
-approvals: {wait: %s}
+approvals: {wait: %s, binding_secret: "{{credential:binding}}"}
+credentials:
+  binding: {file: %q}
 auth:
   api_keys:
     - {id: alice, key_sha256: %q, tenant: acme}
@@ -213,7 +222,7 @@ policy:
   ratelimits:
     - {tools: ["mcp:up.limited"], per: principal_tool, rate: 1/h, burst: %d}
     - {tools: ["mcp:up.budget"], per: tenant_tool, rate: 1/h, burst: %d}
-`, dsn, redisURL, prefix, filepath.Join(dir, name+".key"), approvalWait,
+`, dsn, redisURL, prefix, filepath.Join(dir, name+".key"), approvalWait, filepath.Join(dir, "binding.secret"),
 		auth.HashKey(replicaKeys["alice"]), auth.HashKey(replicaKeys["bob"]), auth.HashKey(replicaKeys["carol"]),
 		auth.HashKey(replicaKeys["approver"]), upstream, sharedBurst, tenantBurst), 0o600); err != nil {
 		t.Fatal(err)
@@ -627,6 +636,30 @@ func testApprovalAcross(t *testing.T, rs *replicaSet) {
 	if n := rs.upstream.ran("gated"); n != 2 {
 		t.Errorf("the gated tool ran %d times after two approvals; want 2", n)
 	}
+
+	// A call that gave up waiting on B (its wait is 1 s) and was approved
+	// afterwards through A is run by its retry on A, which consumes that
+	// approval (the replicas share approvals.binding_secret); a further
+	// retry asks anew.
+	args = map[string]any{"item": "report-9"}
+	gaveUp := mustCall(t, rs.b, "alice", "mcp:up.gated", "", args)
+	third, _ := gaveUp.Details["approvalId"].(string)
+	if gaveUp.Code != "approval_required" || third == "" {
+		t.Fatalf("the call on B without an approver: %d %s %v; want approval_required with an approvalId", gaveUp.Status, gaveUp.Code, gaveUp.Details)
+	}
+	if code := apiJSON(t, rs.a, "approver", http.MethodPost, "/v1/approvals/"+third+"/approve", map[string]any{}, nil); code != http.StatusOK {
+		t.Fatalf("approve %s on A: %d", third, code)
+	}
+	if retry := mustCall(t, rs.a, "alice", "mcp:up.gated", "", args); retry.Status != http.StatusOK || retry.CallStatus != "ok" {
+		t.Fatalf("the retry on A of the call approved through A after B gave up: %d %s %v", retry.Status, retry.Code, retry.Details)
+	}
+	if n := rs.upstream.ran("gated"); n != 3 {
+		t.Errorf("the gated tool ran %d times after three approvals; want 3", n)
+	}
+	again := mustCall(t, rs.b, "alice", "mcp:up.gated", "", args)
+	if again.Code != "approval_required" || again.Details["approvalId"] == third {
+		t.Errorf("a second retry of the consumed approval %s: %d %s %v; want approval_required for a new approval", third, again.Status, again.Code, again.Details)
+	}
 }
 
 // (e) `toolgate receipts verify --config` verifies every chain in the
@@ -806,4 +839,10 @@ func testKillReplicaUnderLoad(t *testing.T, rs *replicaSet) {
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged calls are not wholly in PostgreSQL", lost, len(acked))
 	}
+}
+
+// fileExists reports whether path exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
