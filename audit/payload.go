@@ -6,9 +6,9 @@ import (
 	"maps"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/canonjson"
 )
 
 // Status is the RFC 0064 tool-hooks outcome of a call, the "status" of an
@@ -581,76 +581,11 @@ func (e *ErrorObject) appendJSON(b []byte) ([]byte, error) {
 }
 
 // appendJSONString appends s as a JSON string exactly as encoding/json does
-// by default: '"' and '\\' escaped, control characters as \b \f \n \r \t or
-// \u00XX, '<' '>' '&' U+2028 U+2029 as \uXXXX, invalid UTF-8 as \ufffd.
+// by default (canonjson.EncodingJSON): the stored payload bytes, which
+// receipts hash, must not change.
 func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	// Fast path: ids, hashes and names are plain ASCII, written as they are.
-	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
-	if i == len(s) {
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	start := 0
-	for i < len(s) {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return canonjson.AppendString(b, s, canonjson.EncodingJSON)
 }
-
-// jsonPlain marks the bytes appendJSONString writes as they are: printable
-// ASCII (and DEL) except '"', '\\', '<', '>' and '&'.
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c < 0x80; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
 
 // appendRawJSON appends the JSON text raw compacted, with '<' '>' '&'
 // U+2028 U+2029 escaped, as encoding/json encodes a json.RawMessage. It

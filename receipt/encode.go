@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/canonjson"
 )
 
 // This file writes receipts and checkpoints directly in RFC 8785 canonical
@@ -19,79 +20,10 @@ const hexDigits = "0123456789abcdef"
 // timeLayout is RFC 3339 UTC with exactly three fractional digits.
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
-// appendString appends s as an RFC 8785 JSON string (§3.2.2.2): '"' and '\\'
-// are escaped, control characters use \b \t \n \f \r or \u00xx (lowercase
-// hex), and everything else, including U+2028/U+2029 and DEL, is written
-// as-is. s must be valid UTF-8.
+// appendString appends s as an RFC 8785 JSON string (§3.2.2.2); s is valid
+// UTF-8 (checkEncodable).
 func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	// Fast path: ids and hashes need no escaping.
-	i := 0
-	for i+8 <= len(s) && !hasEscapeByte(load64(s, i)) {
-		i += 8
-	}
-	for i < len(s) && !needsEscape[s[i]] {
-		i++
-	}
-	if i == len(s) {
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	start := 0
-	for ; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// needsEscape marks the bytes appendString escapes: control characters,
-// '"' and '\\'.
-var needsEscape = func() (t [256]bool) {
-	for c := 0; c < 0x20; c++ {
-		t[c] = true
-	}
-	t['"'], t['\\'] = true, true
-	return t
-}()
-
-// load64 returns the 8 bytes s[i:i+8] as a little-endian word.
-func load64(s string, i int) uint64 {
-	_ = s[i+7]
-	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-}
-
-// hasEscapeByte reports whether any of the 8 bytes in w is one appendString
-// escapes (needsEscape), with the exact "has a byte less than n" and "has a
-// zero byte" word tricks.
-func hasEscapeByte(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	less20 := (w - 0x20*ones) &^ w
-	quote := w ^ '"'*ones
-	backslash := w ^ '\\'*ones
-	return (less20|(quote-ones)&^quote|(backslash-ones)&^backslash)&highs != 0
+	return canonjson.AppendString(b, s, canonjson.Canonical)
 }
 
 func appendTime(b []byte, t time.Time) []byte {

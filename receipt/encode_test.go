@@ -149,8 +149,14 @@ func TestEncodeLineSeparators(t *testing.T) {
 		"":                         `""`,
 		"plain ascii text, 123 ok": `"plain ascii text, 123 ok"`,
 	} {
-		if got := string(appendString(nil, in)); got != want {
-			t.Errorf("appendString(%q) = %q, want %q", in, got, want)
+		r := call("c-1", StatusOK)
+		r.AgentID = in
+		line, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(line, []byte(`"agentId":`+want+`,`)) {
+			t.Errorf("agentId %q encodes as %s, want %s", in, line, want)
 		}
 	}
 }
@@ -201,40 +207,5 @@ func TestAppendTime(t *testing.T) {
 		if got := string(appendTime(nil, tm)); got != want {
 			t.Fatalf("appendTime(%v) = %s, want %s", tm, got, want)
 		}
-	}
-}
-
-// TestHasEscapeByte checks the word test against the byte table: every
-// byte value in every position of a plain word, and random words.
-func TestHasEscapeByte(t *testing.T) {
-	want := func(w uint64) bool {
-		for i := 0; i < 8; i++ {
-			if needsEscape[byte(w>>(8*i))] {
-				return true
-			}
-		}
-		return false
-	}
-	const plain = 0x6161616161616161 // "aaaaaaaa"
-	for pos := 0; pos < 8; pos++ {
-		for c := 0; c < 256; c++ {
-			for _, base := range []uint64{plain, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020} {
-				w := base&^(0xff<<(8*pos)) | uint64(c)<<(8*pos)
-				if got := hasEscapeByte(w); got != want(w) {
-					t.Fatalf("hasEscapeByte(%016x) = %v", w, got)
-				}
-			}
-		}
-	}
-	rng := rand.New(rand.NewPCG(7, 8))
-	for range 1_000_000 {
-		w := rng.Uint64()
-		if got := hasEscapeByte(w); got != want(w) {
-			t.Fatalf("hasEscapeByte(%016x) = %v", w, got)
-		}
-	}
-	s := "0123456789abcdef\x00x"
-	if load64(s, 8) != 0x6665646362613938 {
-		t.Fatalf("load64 = %x", load64(s, 8))
 	}
 }

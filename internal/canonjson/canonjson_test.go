@@ -359,7 +359,7 @@ func TestAppendString(t *testing.T) {
 		{"\xed\xa0\x80x", "\"\ufffdx\""},
 	}
 	for _, tc := range tests {
-		if got := AppendString([]byte("x"), tc.in); string(got) != "x"+tc.want {
+		if got := AppendString([]byte("x"), tc.in, Canonical); string(got) != "x"+tc.want {
 			t.Errorf("AppendString(%q) = %q, want %q", tc.in, got[1:], tc.want)
 		}
 	}
@@ -486,34 +486,52 @@ func ExampleCanonicalize() {
 	// Output: {"a":"é/<","b":[1.5,1e+21,0]}
 }
 
+// TestHasSpecialByte checks the word test against the byte tables, for
+// both Escaping forms: every byte value in every position of several base
+// words, and random words over the interesting bytes.
 func TestHasSpecialByte(t *testing.T) {
-	slow := func(w uint64) bool {
-		for i := 0; i < 8; i++ {
-			if !plain[byte(w>>(8*i))] {
-				return true
+	for _, html := range []bool{false, true} {
+		table := &plainCanonical
+		if html {
+			table = &plainEncodingJSON
+		}
+		slow := func(w uint64) bool {
+			for i := 0; i < 8; i++ {
+				if c := byte(w >> (8 * i)); c >= 0x80 || !table[c] {
+					return true
+				}
+			}
+			return false
+		}
+		for _, base := range []uint64{0x6161616161616161, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020, 0x3c3c3c3c3c3c3c3c} {
+			for b := 0; b < 256; b++ {
+				for pos := 0; pos < 8; pos++ {
+					w := base&^(0xff<<(8*pos)) | uint64(b)<<(8*pos)
+					if got := hasSpecialByte(w, html); got != slow(w) {
+						t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, got)
+					}
+				}
 			}
 		}
-		return false
-	}
-	const filler = 0x6161616161616161 // "aaaaaaaa"
-	for b := 0; b < 256; b++ {
-		for pos := 0; pos < 8; pos++ {
-			w := filler&^(0xff<<(8*pos)) | uint64(b)<<(8*pos)
-			if got := hasSpecialByte(w); got != slow(w) {
-				t.Fatalf("hasSpecialByte(%#x) = %v", w, got)
+		rng := rand.New(rand.NewPCG(5, 6))
+		pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x25, '&', 0x27, 0x3b, '<', 0x3d, '>', 0x3f, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xff, 'a', 'Z'}
+		for i := 0; i < 1000000; i++ {
+			var w uint64
+			for j := 0; j < 8; j++ {
+				w |= uint64(pick[rng.IntN(len(pick))]) << (8 * j)
+			}
+			if got := hasSpecialByte(w, html); got != slow(w) {
+				t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, got)
+			}
+		}
+		for range 1000000 {
+			if w := rng.Uint64(); hasSpecialByte(w, html) != slow(w) {
+				t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, !slow(w))
 			}
 		}
 	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xff, 'a', 'Z'}
-	for i := 0; i < 1000000; i++ {
-		var w uint64
-		for j := 0; j < 8; j++ {
-			w |= uint64(pick[rng.IntN(len(pick))]) << (8 * j)
-		}
-		if got := hasSpecialByte(w); got != slow(w) {
-			t.Fatalf("hasSpecialByte(%#x) = %v", w, got)
-		}
+	if s := "0123456789abcdef\x00x"; load64(s, 8) != 0x6665646362613938 || load64([]byte(s), 8) != 0x6665646362613938 {
+		t.Fatalf("load64 = %x", load64(s, 8))
 	}
 }
 

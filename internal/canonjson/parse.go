@@ -221,7 +221,7 @@ func (p *parser) member() error {
 		p.buf = append(p.buf, k...)
 		p.buf = append(p.buf, '"')
 	} else {
-		p.buf = appendEscaped(p.buf, p.keys[m.sort0:m.sort1])
+		p.buf = appendString(p.buf, p.keys[m.sort0:m.sort1], Canonical)
 	}
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
@@ -240,7 +240,7 @@ func (p *parser) member() error {
 			return err
 		}
 		p.buf, p.objs, p.members = p.buf[:mark], p.objs[:objMark], p.members[:memMark]
-		p.buf = AppendString(p.buf, p.t.Replacement)
+		p.buf = AppendString(p.buf, p.t.Replacement, Canonical)
 	} else if err := p.value(); err != nil {
 		return err
 	}
@@ -258,17 +258,6 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// hasSpecialByte reports whether any of the 8 bytes in w is not plain: a
-// control character (< 0x20), '"', '\\' or a non-ASCII byte (>= 0x80). It
-// uses the exact "has a byte less than n" and "has a zero byte" word tricks.
-func hasSpecialByte(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	less20 := (w - 0x20*ones) & ^w
-	quote := w ^ '"'*ones
-	backslash := w ^ '\\'*ones
-	return (less20|(quote-ones)&^quote|(backslash-ones)&^backslash|w)&highs != 0
-}
-
 // readString parses the string at p.pos (which is '"') and returns its
 // decoded UTF-8 text, which aliases p.data or p.str and is valid until the
 // next readString. verbatim reports that the text needs no escaping, so its
@@ -279,7 +268,7 @@ func (p *parser) readString() (s []byte, verbatim bool, err error) {
 	i := start
 	// Fast path: no escapes, so the text is the raw bytes.
 	for i < len(data) {
-		for i+8 <= len(data) && !hasSpecialByte(binary.LittleEndian.Uint64(data[i:])) {
+		for i+8 <= len(data) && !hasSpecialByte(binary.LittleEndian.Uint64(data[i:]), false) {
 			i += 8
 		}
 		for i < len(data) && plain[data[i]] {
@@ -414,7 +403,7 @@ func hex4(data []byte, i int) (rune, bool) {
 func (p *parser) emitString(s []byte, verbatim bool) {
 	if p.t != nil && p.skip == 0 && p.t.Rewrite != nil {
 		if r, ok := p.t.Rewrite(s); ok {
-			p.buf = appendValidString(p.buf, r)
+			p.buf = appendString(p.buf, r, Canonical)
 			return
 		}
 	}
@@ -424,7 +413,7 @@ func (p *parser) emitString(s []byte, verbatim bool) {
 		p.buf = append(p.buf, '"')
 		return
 	}
-	p.buf = appendEscaped(p.buf, s)
+	p.buf = appendString(p.buf, s, Canonical)
 }
 
 // number parses a number (RFC 8259 §6 grammar) and emits its RFC 8785

@@ -5,24 +5,146 @@ import (
 	"unicode/utf8"
 )
 
-// AppendString appends s as a JSON string in the form RFC 8785 §3.2.2.2
-// prescribes and returns the extended slice: the quotation mark, the reverse
-// solidus and the control characters U+0000 to U+001F are escaped (as \b \t
-// \n \f \r, else \u00xx with lowercase hex); everything else, including '<',
-// '>', '&', '/', U+2028 and U+2029, is written as raw UTF-8. Each maximal run
-// of bytes that is not valid UTF-8 is written as one U+FFFD, so the result
-// is always valid UTF-8. AppendString cannot fail and is safe for concurrent
-// use.
-func AppendString(dst []byte, s string) []byte {
-	return appendValidString(dst, s)
+// Escaping selects the JSON string form AppendString writes. Both forms
+// escape the quotation mark, the reverse solidus and the control characters
+// U+0000 to U+001F (as \b \t \n \f \r, else \u00xx with lowercase hex) and
+// write DEL and '/' as they are; they differ in '<' '>' '&' U+2028 U+2029 and
+// in invalid UTF-8.
+type Escaping uint8
+
+const (
+	// Canonical is the string serialization of RFC 8785 §3.2.2.2 (JSON
+	// Canonicalization Scheme), which canonical JSON requires: only the
+	// characters above are escaped; everything else, including '<', '>',
+	// '&', U+2028 and U+2029, is written as raw UTF-8. RFC 8785 has no form
+	// for invalid UTF-8 (I-JSON forbids it); each maximal run of bytes that
+	// is not valid UTF-8 is written as one raw U+FFFD, so the result is
+	// always valid UTF-8. Receipts and Canonicalize use it.
+	Canonical Escaping = iota
+
+	// EncodingJSON is the form encoding/json.Marshal writes for a Go string
+	// by default (HTML-safe): as Canonical, plus '<' '>' '&' as \u003c \u003e
+	// \u0026 and U+2028 U+2029 as \u2028 \u2029; each byte that is not part
+	// of valid UTF-8 is written as \ufffd. Audit event payloads use it: their
+	// stored bytes (hashed into receipts) have always been json.Marshal's.
+	EncodingJSON
+)
+
+// AppendString appends s as a JSON string in the form e selects (Canonical:
+// RFC 8785 §3.2.2.2; EncodingJSON: as encoding/json) and returns the extended
+// slice. It is the one JSON string escaper of the module. It cannot fail and
+// is safe for concurrent use. An Escaping other than the two constants is
+// treated as Canonical.
+func AppendString(dst []byte, s string, e Escaping) []byte {
+	return appendString(dst, s, e)
 }
 
-// appendValidString escapes s, replacing invalid UTF-8 with U+FFFD.
-func appendValidString[S ~string | ~[]byte](dst []byte, s S) []byte {
-	if validUTF8(s) {
-		return appendEscaped(dst, s)
+// appendString is AppendString for either string type.
+func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
+	html := e == EncodingJSON
+	plain := &plainCanonical
+	if html {
+		plain = &plainEncodingJSON
 	}
-	return appendEscaped(dst, appendValidUTF8(nil, s))
+	dst = append(dst, '"')
+	start, i := 0, 0
+	afterBad := -1 // index just after the last invalid byte (Canonical coalesces runs)
+	for i < len(s) {
+		// Fast path: 8 bytes at a time while none needs a look.
+		for i+8 <= len(s) && !hasSpecialByte(load64(s, i), html) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if plain[c] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			default: // control characters; '<' '>' '&' under EncodingJSON
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := decodeRune(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			if html {
+				dst = append(dst, `\ufffd`...)
+			} else if i != afterBad {
+				dst = append(dst, "\uFFFD"...)
+			}
+			i++
+			start, afterBad = i, i
+		case html && (r == '\u2028' || r == '\u2029'):
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+		default:
+			i += size
+		}
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// plainCanonical and plainEncodingJSON mark the ASCII bytes each Escaping
+// writes as they are.
+var plainCanonical, plainEncodingJSON = func() (c, h [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		c[b] = b != '"' && b != '\\'
+		h[b] = c[b] && b != '<' && b != '>' && b != '&'
+	}
+	return c, h
+}()
+
+// load64 returns the 8 bytes s[i:i+8] as a little-endian word.
+func load64[S ~string | ~[]byte](s S, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// hasSpecialByte reports whether any of the 8 bytes in w is not plain
+// printable ASCII for appendString: a control character, '"', '\\', a byte
+// >= 0x80 (UTF-8 to check) or, when html is set, '<' '>' '&'. It uses the
+// "has a byte less than n" and "has a zero byte" word tricks, which are
+// exact as booleans (no false negatives, no false positives).
+func hasSpecialByte(w uint64, html bool) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	m := w | (w-0x20*ones)&^w
+	m |= hasZeroByte(w ^ '"'*ones)
+	m |= hasZeroByte(w ^ '\\'*ones)
+	if html {
+		m |= hasZeroByte(w^'<'*ones) | hasZeroByte(w^'>'*ones) | hasZeroByte(w^'&'*ones)
+	}
+	return m&highs != 0
+}
+
+// hasZeroByte has the high bit of some byte set if a byte of x is zero.
+func hasZeroByte(x uint64) uint64 {
+	const ones = 0x0101010101010101
+	return (x - ones) &^ x
 }
 
 // appendValidUTF8 appends s, replacing each maximal run of invalid bytes
@@ -53,27 +175,6 @@ func appendValidUTF8[S ~string | ~[]byte](dst []byte, s S) []byte {
 	return dst
 }
 
-func validUTF8[S ~string | ~[]byte](s S) bool {
-	switch v := any(s).(type) {
-	case []byte:
-		return utf8.Valid(v)
-	case string:
-		return utf8.ValidString(v)
-	}
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			i++
-			continue
-		}
-		r, size := decodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return false
-		}
-		i += size
-	}
-	return true
-}
-
 // decodeRune is utf8.DecodeRune for either string type.
 func decodeRune[S ~string | ~[]byte](s S) (rune, int) {
 	var b [utf8.UTFMax]byte
@@ -82,39 +183,6 @@ func decodeRune[S ~string | ~[]byte](s S) (rune, int) {
 }
 
 const hexDigits = "0123456789abcdef"
-
-// appendEscaped appends s, which must be valid UTF-8, as a JSON string per
-// RFC 8785 §3.2.2.2.
-func appendEscaped[S ~string | ~[]byte](dst []byte, s S) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units
 // (RFC 8785 §3.2.3) and returns -1, 0 or +1. UTF-8 byte order equals code
