@@ -236,14 +236,21 @@ type e2eGateway struct {
 
 // startGateway parses yamlText and serves the gateway on 127.0.0.1; it
 // returns once every upstream has been connected and listed.
-func startGateway(t *testing.T, yamlText string) *e2eGateway {
+func startGateway(t testing.TB, yamlText string) *e2eGateway {
 	t.Helper()
 	return startGatewayWith(t, yamlText, false)
 }
 
 // startGatewayWith is startGateway; with approvals, require_approval calls
 // wait for an approval.Manager on the same store (wait 30 s), e.approvals.
-func startGatewayWith(t *testing.T, yamlText string, approvals bool) *e2eGateway {
+func startGatewayWith(t testing.TB, yamlText string, approvals bool) *e2eGateway {
+	t.Helper()
+	return startGatewayHTTP(t, yamlText, approvals, nil)
+}
+
+// startGatewayHTTP is startGatewayWith with Options.HTTPClient hc (nil:
+// the gateway's default upstream transport).
+func startGatewayHTTP(t testing.TB, yamlText string, approvals bool, hc *http.Client) *e2eGateway {
 	t.Helper()
 	ctx := t.Context()
 	cfg, err := config.Parse("test.yaml", []byte(yamlText))
@@ -285,7 +292,7 @@ func startGatewayWith(t *testing.T, yamlText string, approvals bool) *e2eGateway
 		t.Fatal(err)
 	}
 	gw, err := New(Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy,
-		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
+		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger, HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,13 +320,13 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // connect opens an agent session (the Go SDK client) with API key key.
-func (e *e2eGateway) connect(t *testing.T, key string) *mcp.ClientSession {
+func (e *e2eGateway) connect(t testing.TB, key string) *mcp.ClientSession {
 	t.Helper()
 	return e.connectWith(t, key, nil)
 }
 
 // connectWith is connect with client options.
-func (e *e2eGateway) connectWith(t *testing.T, key string, opts *mcp.ClientOptions) *mcp.ClientSession {
+func (e *e2eGateway) connectWith(t testing.TB, key string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1.0.0"}, opts)
 	hc := &http.Client{Transport: bearerRT{base: e.srv.Client().Transport, key: key}}
@@ -360,7 +367,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.C
 }
 
 // tryCall calls tool with args.
-func tryCall(t *testing.T, cs *mcp.ClientSession, tool string, args any) (*mcp.CallToolResult, error) {
+func tryCall(t testing.TB, cs *mcp.ClientSession, tool string, args any) (*mcp.CallToolResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), e2eWait)
 	defer cancel()
@@ -465,11 +472,11 @@ func (e *e2eGateway) callEvents(t *testing.T, res *mcp.CallToolResult) ([]string
 // (background goroutines may still log after it).
 type testLogWriter struct {
 	mu   sync.Mutex
-	t    *testing.T
+	t    testing.TB
 	done bool
 }
 
-func newTestLogWriter(t *testing.T) *testLogWriter {
+func newTestLogWriter(t testing.TB) *testLogWriter {
 	w := &testLogWriter{t: t}
 	t.Cleanup(func() {
 		w.mu.Lock()

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		hostileStdio(os.Stdin, os.Stdout)
 		os.Exit(0)
 	}
+	if os.Getenv(echoHTTPEnv) == "1" {
+		echoHTTPProcess()
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

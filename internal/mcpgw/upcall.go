@@ -309,11 +309,21 @@ func (c *upCaller) callTool(ctx context.Context, s upSession, name string, args 
 	// refused: upstream_unavailable) from one it received and then dropped
 	// without an answer (the tool may have run).
 	wrote := new(upWrote)
-	req := c.newRequest(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: wrote.done}), http.MethodPost, s, upHdrAccept, rb.body())
-	req.GetBody = rb.getBody
-	req.ContentLength = int64(buf.Len())
+	//
+	// The body is a copy in an io.NopCloser(*bytes.Reader): net/http writes
+	// a request's headers and body in one write only for the standard
+	// in-memory body types (transfer.go, isKnownInMemoryReader); any other
+	// body (the pooled, reference-counted one used before) makes it flush
+	// the headers first, so every call reached the upstream as two TCP
+	// segments and woke it twice (issue 15 point 2). The transport may
+	// still read the body after Do returns, so it cannot be the pooled
+	// buffer itself.
+	body := bytes.Clone(buf.Bytes())
+	rb.release()
+	req := c.newRequest(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: wrote.done}), http.MethodPost, s, upHdrAccept, io.NopCloser(bytes.NewReader(body)))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
 	resp, err := c.client.Do(req)
-	rb.release() // the transport holds its own references until it closes the body
 	if err != nil {
 		if ctx.Err() != nil {
 			st.cancelUpstream(ctx)
@@ -953,68 +963,23 @@ func upPutScratch(sc *upScratch) {
 	upScratchPool.Put(sc)
 }
 
-// upReqBody is a pooled request body buffer shared between callTool and the
-// transport, which may read (and, for retries, re-read via GetBody) the body
-// after Do returns until it closes it. refs counts callTool's reference plus
-// every reader handed out; the buffer returns to the pool at zero.
-type upReqBody struct {
-	buf     bytes.Buffer
-	refs    atomic.Int32
-	first   upBodyReader
-	getBody func() (io.ReadCloser, error) // rb.newReader, bound once
-}
+// upReqBody is a pooled buffer callTool builds a request body in; the
+// request carries a copy (see callTool).
+type upReqBody struct{ buf bytes.Buffer }
 
-// upBodyReader is one reader over an upReqBody; Close drops its reference.
-type upBodyReader struct {
-	bytes.Reader
-	rb     *upReqBody
-	closed atomic.Bool
-}
+// upReqBodyPool holds *upReqBody.
+var upReqBodyPool = sync.Pool{New: func() any { return new(upReqBody) }}
 
-// Close implements io.Closer; it is idempotent.
-func (r *upBodyReader) Close() error {
-	if r.closed.CompareAndSwap(false, true) {
-		r.rb.release()
-	}
-	return nil
-}
-
-// upReqBodyPool holds *upReqBody with first and getBody bound.
-var upReqBodyPool = sync.Pool{New: func() any {
-	rb := new(upReqBody)
-	rb.first.rb = rb
-	rb.getBody = rb.newReader
-	return rb
-}}
-
-// upGetReqBody returns an empty body buffer holding one reference (the
-// caller's).
+// upGetReqBody returns an empty pooled body buffer.
 func upGetReqBody() *upReqBody {
 	rb := upReqBodyPool.Get().(*upReqBody)
 	rb.buf.Reset()
-	rb.refs.Store(1)
 	return rb
 }
 
-// body returns the first reader over the finished buffer.
-func (rb *upReqBody) body() io.ReadCloser {
-	rb.refs.Add(1)
-	rb.first.closed.Store(false)
-	rb.first.Reset(rb.buf.Bytes())
-	return &rb.first
-}
-
-// newReader is GetBody: a fresh reader for a transport retry or redirect.
-func (rb *upReqBody) newReader() (io.ReadCloser, error) {
-	rb.refs.Add(1)
-	r := &upBodyReader{rb: rb}
-	r.Reset(rb.buf.Bytes())
-	return r, nil
-}
-
-// release drops one reference.
+// release returns rb to the pool unless it grew too large.
 func (rb *upReqBody) release() {
-	if rb.refs.Add(-1) == 0 && rb.buf.Cap() <= upPoolMaxBuf {
+	if rb.buf.Cap() <= upPoolMaxBuf {
 		upReqBodyPool.Put(rb)
 	}
 }
