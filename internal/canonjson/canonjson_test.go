@@ -486,10 +486,41 @@ func ExampleCanonicalize() {
 	// Output: {"a":"é/<","b":[1.5,1e+21,0]}
 }
 
-// TestHasSpecialByte checks the word test against the byte tables, for
+func TestHasSpecialByte(t *testing.T) {
+	slow := func(w uint64) bool {
+		for i := 0; i < 8; i++ {
+			if !plain[byte(w>>(8*i))] {
+				return true
+			}
+		}
+		return false
+	}
+	const filler = 0x6161616161616161 // "aaaaaaaa"
+	for b := 0; b < 256; b++ {
+		for pos := 0; pos < 8; pos++ {
+			w := filler&^(0xff<<(8*pos)) | uint64(b)<<(8*pos)
+			if got := hasSpecialByte(w); got != slow(w) {
+				t.Fatalf("hasSpecialByte(%#x) = %v", w, got)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xff, 'a', 'Z'}
+	for i := 0; i < 1000000; i++ {
+		var w uint64
+		for j := 0; j < 8; j++ {
+			w |= uint64(pick[rng.IntN(len(pick))]) << (8 * j)
+		}
+		if got := hasSpecialByte(w); got != slow(w) {
+			t.Fatalf("hasSpecialByte(%#x) = %v", w, got)
+		}
+	}
+}
+
+// TestHasEscapeByte checks the escaper's word test against its byte tables, for
 // both Escaping forms: every byte value in every position of several base
 // words, and random words over the interesting bytes.
-func TestHasSpecialByte(t *testing.T) {
+func TestHasEscapeByte(t *testing.T) {
 	for _, html := range []bool{false, true} {
 		table := &plainCanonical
 		if html {
@@ -497,36 +528,36 @@ func TestHasSpecialByte(t *testing.T) {
 		}
 		slow := func(w uint64) bool {
 			for i := 0; i < 8; i++ {
-				if c := byte(w >> (8 * i)); c >= 0x80 || !table[c] {
+				if !table[byte(w>>(8*i))] {
 					return true
 				}
 			}
 			return false
 		}
-		for _, base := range []uint64{0x6161616161616161, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020, 0x3c3c3c3c3c3c3c3c} {
+		for _, base := range []uint64{0x6161616161616161, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020, 0x3c3c3c3c3c3c3c3c, 0xe2e2e2e2e2e2e2e2} {
 			for b := 0; b < 256; b++ {
 				for pos := 0; pos < 8; pos++ {
 					w := base&^(0xff<<(8*pos)) | uint64(b)<<(8*pos)
-					if got := hasSpecialByte(w, html); got != slow(w) {
-						t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, got)
+					if got := hasEscapeByte(w, html); got != slow(w) {
+						t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, got)
 					}
 				}
 			}
 		}
 		rng := rand.New(rand.NewPCG(5, 6))
-		pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x25, '&', 0x27, 0x3b, '<', 0x3d, '>', 0x3f, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xff, 'a', 'Z'}
+		pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x25, '&', 0x27, 0x3b, '<', 0x3d, '>', 0x3f, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xa8, 0xe2, 0xff, 'a', 'Z'}
 		for i := 0; i < 1000000; i++ {
 			var w uint64
 			for j := 0; j < 8; j++ {
 				w |= uint64(pick[rng.IntN(len(pick))]) << (8 * j)
 			}
-			if got := hasSpecialByte(w, html); got != slow(w) {
-				t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, got)
+			if got := hasEscapeByte(w, html); got != slow(w) {
+				t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, got)
 			}
 		}
 		for range 1000000 {
-			if w := rng.Uint64(); hasSpecialByte(w, html) != slow(w) {
-				t.Fatalf("hasSpecialByte(%#x, %v) = %v", w, html, !slow(w))
+			if w := rng.Uint64(); hasEscapeByte(w, html) != slow(w) {
+				t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, !slow(w))
 			}
 		}
 	}

@@ -258,6 +258,17 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
+// hasSpecialByte reports whether any of the 8 bytes in w is not plain: a
+// control character (< 0x20), '"', '\\' or a non-ASCII byte (>= 0x80). It
+// uses the exact "has a byte less than n" and "has a zero byte" word tricks.
+func hasSpecialByte(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	less20 := (w - 0x20*ones) & ^w
+	quote := w ^ '"'*ones
+	backslash := w ^ '\\'*ones
+	return (less20|(quote-ones)&^quote|(backslash-ones)&^backslash|w)&highs != 0
+}
+
 // readString parses the string at p.pos (which is '"') and returns its
 // decoded UTF-8 text, which aliases p.data or p.str and is valid until the
 // next readString. verbatim reports that the text needs no escaping, so its
@@ -268,7 +279,7 @@ func (p *parser) readString() (s []byte, verbatim bool, err error) {
 	i := start
 	// Fast path: no escapes, so the text is the raw bytes.
 	for i < len(data) {
-		for i+8 <= len(data) && !hasSpecialByte(binary.LittleEndian.Uint64(data[i:]), false) {
+		for i+8 <= len(data) && !hasSpecialByte(binary.LittleEndian.Uint64(data[i:])) {
 			i += 8
 		}
 		for i < len(data) && plain[data[i]] {

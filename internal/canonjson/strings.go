@@ -41,6 +41,9 @@ func AppendString(dst []byte, s string, e Escaping) []byte {
 
 // appendString is AppendString for either string type.
 func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
+	if !validUTF8(s) {
+		return appendInvalid(dst, s, e)
+	}
 	html := e == EncodingJSON
 	plain := &plainCanonical
 	if html {
@@ -48,15 +51,73 @@ func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 	}
 	dst = append(dst, '"')
 	start, i := 0, 0
-	afterBad := -1 // index just after the last invalid byte (Canonical coalesces runs)
-	for i < len(s) {
-		// Fast path: 8 bytes at a time while none needs a look.
-		for i+8 <= len(s) && !hasSpecialByte(load64(s, i), html) {
+	for {
+		// Fast path: 8 bytes at a time while none needs a look, then
+		// byte by byte.
+		for i+8 <= len(s) && !hasEscapeByte(load64(s, i), html) {
 			i += 8
+		}
+		for i < len(s) && plain[s[i]] {
+			i++
 		}
 		if i >= len(s) {
 			break
 		}
+		c := s[i]
+		if c == 0xE2 { // EncodingJSON only: U+2028 and U+2029 are E2 80 A8/A9
+			if i+2 < len(s) && s[i+1] == 0x80 && s[i+2]&^1 == 0xA8 {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[s[i+2]&0xF])
+				i += 3
+				start = i
+			} else {
+				i++
+			}
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		dst = appendEscapedASCII(dst, c)
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendEscapedASCII appends the escape of the ASCII byte c: '"' or '\\'
+// after a reverse solidus, \b \t \n \f \r, else \u00xx (control characters;
+// '<' '>' '&' under EncodingJSON).
+func appendEscapedASCII(dst []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\t':
+		return append(dst, '\\', 't')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\r':
+		return append(dst, '\\', 'r')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
+
+// appendInvalid is appendString for s that is not valid UTF-8: Canonical
+// writes each maximal run of invalid bytes as one raw U+FFFD, EncodingJSON
+// each invalid byte as \ufffd (as encoding/json does).
+func appendInvalid[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
+	html := e == EncodingJSON
+	plain := &plainCanonical
+	if html {
+		plain = &plainEncodingJSON
+	}
+	dst = append(dst, '"')
+	start := 0
+	afterBad := -1 // index just after the last invalid byte
+	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if plain[c] {
@@ -64,22 +125,7 @@ func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 				continue
 			}
 			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			default: // control characters; '<' '>' '&' under EncodingJSON
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
+			dst = appendEscapedASCII(dst, c)
 			i++
 			start = i
 			continue
@@ -108,12 +154,15 @@ func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 	return append(dst, '"')
 }
 
-// plainCanonical and plainEncodingJSON mark the ASCII bytes each Escaping
-// writes as they are.
-var plainCanonical, plainEncodingJSON = func() (c, h [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
+// plainCanonical and plainEncodingJSON mark the bytes of valid UTF-8 each
+// Escaping writes as they are: all but the control characters, '"' and
+// '\\', and for EncodingJSON also '<' '>' '&' and 0xE2 (the lead byte of
+// U+2028 and U+2029, looked at more closely). appendInvalid uses their
+// ASCII half.
+var plainCanonical, plainEncodingJSON = func() (c, h [256]bool) {
+	for b := 0x20; b < 256; b++ {
 		c[b] = b != '"' && b != '\\'
-		h[b] = c[b] && b != '<' && b != '>' && b != '&'
+		h[b] = c[b] && b != '<' && b != '>' && b != '&' && b != 0xE2
 	}
 	return c, h
 }()
@@ -125,18 +174,17 @@ func load64[S ~string | ~[]byte](s S, i int) uint64 {
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 }
 
-// hasSpecialByte reports whether any of the 8 bytes in w is not plain
-// printable ASCII for appendString: a control character, '"', '\\', a byte
-// >= 0x80 (UTF-8 to check) or, when html is set, '<' '>' '&'. It uses the
-// "has a byte less than n" and "has a zero byte" word tricks, which are
-// exact as booleans (no false negatives, no false positives).
-func hasSpecialByte(w uint64, html bool) bool {
+// hasEscapeByte reports whether any of the 8 bytes in w is not plain for
+// appendString (plainCanonical, or plainEncodingJSON when html is set). It
+// uses the "has a byte less than n" and "has a zero byte" word tricks,
+// which are exact as booleans.
+func hasEscapeByte(w uint64, html bool) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	m := w | (w-0x20*ones)&^w
+	m := (w - 0x20*ones) &^ w
 	m |= hasZeroByte(w ^ '"'*ones)
 	m |= hasZeroByte(w ^ '\\'*ones)
 	if html {
-		m |= hasZeroByte(w^'<'*ones) | hasZeroByte(w^'>'*ones) | hasZeroByte(w^'&'*ones)
+		m |= hasZeroByte(w^'<'*ones) | hasZeroByte(w^'>'*ones) | hasZeroByte(w^'&'*ones) | hasZeroByte(w^0xE2*ones)
 	}
 	return m&highs != 0
 }
@@ -145,6 +193,28 @@ func hasSpecialByte(w uint64, html bool) bool {
 func hasZeroByte(x uint64) uint64 {
 	const ones = 0x0101010101010101
 	return (x - ones) &^ x
+}
+
+// validUTF8 is utf8.Valid for either string type.
+func validUTF8[S ~string | ~[]byte](s S) bool {
+	switch v := any(s).(type) {
+	case []byte:
+		return utf8.Valid(v)
+	case string:
+		return utf8.ValidString(v)
+	}
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := decodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return false
+		}
+		i += size
+	}
+	return true
 }
 
 // appendValidUTF8 appends s, replacing each maximal run of invalid bytes
