@@ -25,3 +25,31 @@ func BenchmarkEscapeString(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEscapeVsMain runs AppendString beside main's three escapers
+// (escape_oracle_test.go) on the same inputs in one binary, so machine
+// drift affects both alike: old=main's, new=AppendString.
+func BenchmarkEscapeVsMain(b *testing.B) {
+	impls := []struct {
+		name string
+		f    func([]byte, string) []byte
+	}{
+		{"canonjson/old", func(d []byte, s string) []byte { return oldCanonicalString(d, s) }},
+		{"canonjson/new", func(d []byte, s string) []byte { return AppendString(d, s, Canonical) }},
+		{"receipt/old", oldReceiptString},
+		{"receipt/new", func(d []byte, s string) []byte { return AppendString(d, s, Canonical) }},
+		{"audit/old", oldAuditString},
+		{"audit/new", func(d []byte, s string) []byte { return AppendString(d, s, EncodingJSON) }},
+	}
+	for _, in := range escapeInputs {
+		for _, impl := range impls {
+			b.Run(in.name+"/"+impl.name, func(b *testing.B) {
+				dst := make([]byte, 0, 256)
+				b.SetBytes(int64(len(in.s)))
+				for b.Loop() {
+					dst = impl.f(dst[:0], in.s)
+				}
+			})
+		}
+	}
+}

@@ -41,16 +41,33 @@ func AppendString(dst []byte, s string, e Escaping) []byte {
 
 // appendString is AppendString for either string type.
 func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
-	if !validUTF8(s) {
-		return appendInvalid(dst, s, e)
-	}
 	html := e == EncodingJSON
 	plain := &plainCanonical
 	if html {
 		plain = &plainEncodingJSON
 	}
+	// Fast path: plain printable ASCII (ids, hashes, names) is written as
+	// it is, in one pass.
+	i := 0
+	for i+8 <= len(s) {
+		if w := load64(s, i); w&0x8080808080808080 != 0 || hasEscapeByte(w, html) {
+			break
+		}
+		i += 8
+	}
+	for i < len(s) && s[i] < utf8.RuneSelf && plain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	if !validUTF8(s[i:]) { // s[:i] is ASCII
+		return appendInvalid(dst, s, e)
+	}
 	dst = append(dst, '"')
-	start, i := 0, 0
+	start := 0
 	for {
 		// Fast path: 8 bytes at a time while none needs a look, then
 		// byte by byte.

@@ -29,10 +29,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/internal/canonjson"
 )
 
 const (
@@ -814,41 +815,10 @@ func upMediaType(ct string) string {
 	return mt
 }
 
-// upAppendString writes s as a JSON string.
+// upAppendString writes s as a JSON string (RFC 8785 form; invalid UTF-8
+// becomes U+FFFD): canonjson.AppendString, the module's one escaper.
 func upAppendString(b *bytes.Buffer, s string) {
-	if !utf8.ValidString(s) {
-		out, _ := json.Marshal(s) // replaces invalid bytes with U+FFFD
-		b.Write(out)
-		return
-	}
-	const hex = "0123456789abcdef"
-	b.WriteByte('"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b.WriteString(s[start:i])
-		switch c {
-		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b.WriteString(s[start:])
-	b.WriteByte('"')
+	b.Write(canonjson.AppendString(b.AvailableBuffer(), s, canonjson.Canonical))
 }
 
 // upFastResult is the wire shape of a CallToolResult whose content is all
