@@ -46,7 +46,7 @@ func FuzzAppendString(f *testing.F) {
 		if old := oldCanonicalString(nil, s); !bytes.Equal(got, old) {
 			t.Fatalf("Canonical(%q) = %q, main's canonjson %q", s, got, old)
 		}
-		if b := appendString(nil, []byte(s), Canonical); !bytes.Equal(b, got) {
+		if b := appendBytes(nil, []byte(s), Canonical); !bytes.Equal(b, got) {
 			t.Fatalf("Canonical([]byte %q) = %q, string %q", s, b, got)
 		}
 		if !utf8.Valid(got) || !json.Valid(got) {
@@ -84,7 +84,7 @@ func FuzzAppendString(f *testing.F) {
 		if old := oldAuditString(nil, s); !bytes.Equal(html, old) {
 			t.Fatalf("EncodingJSON(%q) = %q, main's audit %q", s, html, old)
 		}
-		if b := appendString(nil, []byte(s), EncodingJSON); !bytes.Equal(b, html) {
+		if b := appendBytes(nil, []byte(s), EncodingJSON); !bytes.Equal(b, html) {
 			t.Fatalf("EncodingJSON([]byte %q) = %q, string %q", s, b, html)
 		}
 	})

@@ -221,7 +221,7 @@ func (p *parser) member() error {
 		p.buf = append(p.buf, k...)
 		p.buf = append(p.buf, '"')
 	} else {
-		p.buf = appendString(p.buf, p.keys[m.sort0:m.sort1], Canonical)
+		p.buf = appendBytes(p.buf, p.keys[m.sort0:m.sort1], Canonical)
 	}
 	p.skipSpace()
 	if p.pos >= len(p.data) || p.data[p.pos] != ':' {
@@ -414,7 +414,7 @@ func hex4(data []byte, i int) (rune, bool) {
 func (p *parser) emitString(s []byte, verbatim bool) {
 	if p.t != nil && p.skip == 0 && p.t.Rewrite != nil {
 		if r, ok := p.t.Rewrite(s); ok {
-			p.buf = appendString(p.buf, r, Canonical)
+			p.buf = appendBytes(p.buf, r, Canonical)
 			return
 		}
 	}
@@ -424,7 +424,7 @@ func (p *parser) emitString(s []byte, verbatim bool) {
 		p.buf = append(p.buf, '"')
 		return
 	}
-	p.buf = appendString(p.buf, s, Canonical)
+	p.buf = appendBytes(p.buf, s, Canonical)
 }
 
 // number parses a number (RFC 8259 §6 grammar) and emits its RFC 8785

@@ -3,6 +3,7 @@ package canonjson
 import (
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Escaping selects the JSON string form AppendString writes. Both forms
@@ -36,18 +37,13 @@ const (
 // is safe for concurrent use. An Escaping other than the two constants is
 // treated as Canonical.
 func AppendString(dst []byte, s string, e Escaping) []byte {
-	return appendString(dst, s, e)
-}
-
-// appendString is AppendString for either string type.
-func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 	html := e == EncodingJSON
 	plain := &plainCanonical
 	if html {
 		plain = &plainEncodingJSON
 	}
 	// Fast path: plain printable ASCII (ids, hashes, names) is written as
-	// it is, in one pass.
+	// it is, in one pass, 8 bytes at a time.
 	i := 0
 	for i+8 <= len(s) {
 		if w := load64(s, i); w&0x8080808080808080 != 0 || hasEscapeByte(w, html) {
@@ -63,14 +59,12 @@ func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}
-	if !validUTF8(s[i:]) { // s[:i] is ASCII
-		return appendInvalid(dst, s, e)
+	if !utf8.ValidString(s[i:]) { // s[:i] is ASCII
+		return appendInvalid(dst, s, plain, html)
 	}
 	dst = append(dst, '"')
 	start := 0
 	for {
-		// Fast path: 8 bytes at a time while none needs a look, then
-		// byte by byte.
 		for i+8 <= len(s) && !hasEscapeByte(load64(s, i), html) {
 			i += 8
 		}
@@ -101,6 +95,12 @@ func appendString[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 	return append(dst, '"')
 }
 
+// appendBytes is AppendString for a byte slice, which must not change
+// during the call (it is read as a string without a copy).
+func appendBytes(dst, b []byte, e Escaping) []byte {
+	return AppendString(dst, unsafe.String(unsafe.SliceData(b), len(b)), e)
+}
+
 // appendEscapedASCII appends the escape of the ASCII byte c: '"' or '\\'
 // after a reverse solidus, \b \t \n \f \r, else \u00xx (control characters;
 // '<' '>' '&' under EncodingJSON).
@@ -122,15 +122,10 @@ func appendEscapedASCII(dst []byte, c byte) []byte {
 	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 }
 
-// appendInvalid is appendString for s that is not valid UTF-8: Canonical
+// appendInvalid is AppendString for s that is not valid UTF-8: Canonical
 // writes each maximal run of invalid bytes as one raw U+FFFD, EncodingJSON
-// each invalid byte as \ufffd (as encoding/json does).
-func appendInvalid[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
-	html := e == EncodingJSON
-	plain := &plainCanonical
-	if html {
-		plain = &plainEncodingJSON
-	}
+// (html) each invalid byte as \ufffd (as encoding/json does).
+func appendInvalid(dst []byte, s string, plain *[256]bool, html bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	afterBad := -1 // index just after the last invalid byte
@@ -147,7 +142,7 @@ func appendInvalid[S ~string | ~[]byte](dst []byte, s S, e Escaping) []byte {
 			start = i
 			continue
 		}
-		r, size := decodeRune(s[i:])
+		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
 			dst = append(dst, s[start:i]...)
@@ -185,7 +180,7 @@ var plainCanonical, plainEncodingJSON = func() (c, h [256]bool) {
 }()
 
 // load64 returns the 8 bytes s[i:i+8] as a little-endian word.
-func load64[S ~string | ~[]byte](s S, i int) uint64 {
+func load64(s string, i int) uint64 {
 	_ = s[i+7]
 	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
@@ -210,28 +205,6 @@ func hasEscapeByte(w uint64, html bool) bool {
 func hasZeroByte(x uint64) uint64 {
 	const ones = 0x0101010101010101
 	return (x - ones) &^ x
-}
-
-// validUTF8 is utf8.Valid for either string type.
-func validUTF8[S ~string | ~[]byte](s S) bool {
-	switch v := any(s).(type) {
-	case []byte:
-		return utf8.Valid(v)
-	case string:
-		return utf8.ValidString(v)
-	}
-	for i := 0; i < len(s); {
-		if s[i] < utf8.RuneSelf {
-			i++
-			continue
-		}
-		r, size := decodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return false
-		}
-		i += size
-	}
-	return true
 }
 
 // appendValidUTF8 appends s, replacing each maximal run of invalid bytes

