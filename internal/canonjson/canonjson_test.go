@@ -517,48 +517,49 @@ func TestHasSpecialByte(t *testing.T) {
 	}
 }
 
-// TestHasEscapeByte checks the escaper's word test against its byte tables, for
-// both Escaping forms: every byte value in every position of several base
-// words, and random words over the interesting bytes.
-func TestHasEscapeByte(t *testing.T) {
+// TestEscapeWord checks the escaper's word tests against its byte tables:
+// every byte value in every position of several base words, and random
+// words over the interesting bytes. escapeWord flags the bytes
+// plainCanonical does not mark; escapeWordHTML the ASCII bytes
+// plainEncodingJSON does not mark.
+func TestEscapeWord(t *testing.T) {
 	for _, html := range []bool{false, true} {
-		table := &plainCanonical
+		word, table := escapeWord, &plainCanonical
 		if html {
-			table = &plainEncodingJSON
+			word, table = escapeWordHTML, &plainEncodingJSON
 		}
 		slow := func(w uint64) bool {
 			for i := 0; i < 8; i++ {
-				if !table[byte(w>>(8*i))] {
+				if c := byte(w >> (8 * i)); !table[c] && (!html || c < 0x80) {
 					return true
 				}
 			}
 			return false
 		}
+		check := func(w uint64) {
+			t.Helper()
+			if got := word(w)&highBits != 0; got != slow(w) {
+				t.Fatalf("html %v: word test of %#x = %v", html, w, got)
+			}
+		}
 		for _, base := range []uint64{0x6161616161616161, 0xffffffffffffffff, 0x8080808080808080, 0x2020202020202020, 0x3c3c3c3c3c3c3c3c, 0xe2e2e2e2e2e2e2e2} {
 			for b := 0; b < 256; b++ {
 				for pos := 0; pos < 8; pos++ {
-					w := base&^(0xff<<(8*pos)) | uint64(b)<<(8*pos)
-					if got := hasEscapeByte(w, html); got != slow(w) {
-						t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, got)
-					}
+					check(base&^(0xff<<(8*pos)) | uint64(b)<<(8*pos))
 				}
 			}
 		}
 		rng := rand.New(rand.NewPCG(5, 6))
-		pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x25, '&', 0x27, 0x3b, '<', 0x3d, '>', 0x3f, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xa8, 0xe2, 0xff, 'a', 'Z'}
+		pick := []byte{0x00, 0x1f, 0x20, 0x21, '"', 0x23, 0x25, '&', 0x27, 0x3b, '<', 0x3d, '>', 0x3f, 0x5b, '\\', 0x5d, 0x7e, 0x7f, 0x80, 0xa8, 0xbc, 0xbe, 0xe2, 0xff, 'a', 'Z'}
 		for i := 0; i < 1000000; i++ {
 			var w uint64
 			for j := 0; j < 8; j++ {
 				w |= uint64(pick[rng.IntN(len(pick))]) << (8 * j)
 			}
-			if got := hasEscapeByte(w, html); got != slow(w) {
-				t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, got)
-			}
+			check(w)
 		}
 		for range 1000000 {
-			if w := rng.Uint64(); hasEscapeByte(w, html) != slow(w) {
-				t.Fatalf("hasEscapeByte(%#x, %v) = %v", w, html, !slow(w))
-			}
+			check(rng.Uint64())
 		}
 	}
 	if s := "0123456789abcdef\x00x"; load64(s, 8) != 0x6665646362613938 {

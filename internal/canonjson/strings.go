@@ -45,11 +45,14 @@ func AppendString(dst []byte, s string, e Escaping) []byte {
 	// Fast path: plain printable ASCII (ids, hashes, names) is written as
 	// it is, in one pass, 8 bytes at a time.
 	i := 0
-	for i+8 <= len(s) {
-		if w := load64(s, i); w&0x8080808080808080 != 0 || hasEscapeByte(w, html) {
-			break
+	if html {
+		for i+8 <= len(s) && (load64(s, i)|escapeWordHTML(load64(s, i)))&highBits == 0 {
+			i += 8
 		}
-		i += 8
+	} else {
+		for i+8 <= len(s) && (load64(s, i)|escapeWord(load64(s, i)))&highBits == 0 {
+			i += 8
+		}
 	}
 	for i < len(s) && s[i] < utf8.RuneSelf && plain[s[i]] {
 		i++
@@ -65,8 +68,21 @@ func AppendString(dst []byte, s string, e Escaping) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for {
-		for i+8 <= len(s) && !hasEscapeByte(load64(s, i), html) {
-			i += 8
+		// After an escape, look at bytes one by one (escapes come in
+		// clusters) until 8 in a row are plain, then 8 at a time.
+		for n := 0; i < len(s) && plain[s[i]]; n++ {
+			i++
+			if n == 8 {
+				if html { // stops at any non-ASCII byte too (0xE2 needs a look)
+					for i+8 <= len(s) && (load64(s, i)|escapeWordHTML(load64(s, i)))&highBits == 0 {
+						i += 8
+					}
+				} else { // valid UTF-8 is plain
+					for i+8 <= len(s) && escapeWord(load64(s, i))&highBits == 0 {
+						i += 8
+					}
+				}
+			}
 		}
 		for i < len(s) && plain[s[i]] {
 			i++
@@ -186,19 +202,23 @@ func load64(s string, i int) uint64 {
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 }
 
-// hasEscapeByte reports whether any of the 8 bytes in w is not plain for
-// appendString (plainCanonical, or plainEncodingJSON when html is set). It
-// uses the "has a byte less than n" and "has a zero byte" word tricks,
-// which are exact as booleans.
-func hasEscapeByte(w uint64, html bool) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	m := (w - 0x20*ones) &^ w
-	m |= hasZeroByte(w ^ '"'*ones)
-	m |= hasZeroByte(w ^ '\\'*ones)
-	if html {
-		m |= hasZeroByte(w^'<'*ones) | hasZeroByte(w^'>'*ones) | hasZeroByte(w^'&'*ones) | hasZeroByte(w^0xE2*ones)
-	}
-	return m&highs != 0
+// highBits has the high bit of each byte of a word set.
+const highBits = 0x8080808080808080
+
+// escapeWord has the high bit of some byte set if a byte of w is a control
+// character, '"' or '\\' (bytes RFC 8785 escapes), and no high bit set
+// otherwise. It uses the "has a byte less than n" and "has a zero byte"
+// word tricks, which are exact as booleans; bytes >= 0x80 never count.
+func escapeWord(w uint64) uint64 {
+	const ones = 0x0101010101010101
+	return (w-0x20*ones)&^w | hasZeroByte(w^'"'*ones) | hasZeroByte(w^'\\'*ones)
+}
+
+// escapeWordHTML is escapeWord plus '<' '>' '&' (EncodingJSON); '<' and
+// '>' (0x3C, 0x3E) are the bytes b with b|2 == 0x3E.
+func escapeWordHTML(w uint64) uint64 {
+	const ones = 0x0101010101010101
+	return escapeWord(w) | hasZeroByte((w|0x02*ones)^'>'*ones) | hasZeroByte(w^'&'*ones)
 }
 
 // hasZeroByte has the high bit of some byte set if a byte of x is zero.
