@@ -743,6 +743,14 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if c.Store.Driver == "postgres" && c.Store.DSN == "" {
 		add(at("store"), "store.dsn is required for postgres")
+	} else if c.Store.Driver == "postgres" {
+		// A URL only: a keyword/value DSN, or a mistyped scheme that makes
+		// one ("postgress://user:pw@…"), would send its words to the server
+		// as settings, whose refusal quotes them, password included. The
+		// message never quotes the DSN.
+		if u, err := url.Parse(c.Store.DSN); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			add(at("store", "dsn"), "store.dsn: want a URL postgres://user[:password]@host[:port]/database[?param=value…] (a keyword/value DSN is not accepted)")
+		}
 	}
 	if !oneOf(c.Store.Synchronous, "normal", "full") {
 		add(at("store", "synchronous"), "store.synchronous %q: want normal or full", c.Store.Synchronous)

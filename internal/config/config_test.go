@@ -326,3 +326,26 @@ func TestApprovalBindingSecret(t *testing.T) {
 		}
 	}
 }
+
+// store.dsn for postgres must be a postgres:// URL; the refusal never
+// quotes the DSN (a mistyped scheme once sent the whole DSN, password
+// included, to the server, whose error quoted it).
+func TestPostgresDSNIsURL(t *testing.T) {
+	for _, dsn := range []string{
+		"postgress://u:Sup3rSecretPW@127.0.0.1:5432/test?sslmode=disable",
+		"host=127.0.0.1 user=u password=Sup3rSecretPW dbname=test",
+		"postgres:///test?password=Sup3rSecretPW",
+	} {
+		_, err := Parse("c.yaml", []byte("store: {driver: postgres, dsn: \""+dsn+"\"}\n"))
+		if err == nil || !strings.Contains(err.Error(), "store.dsn: want a URL postgres://") {
+			t.Errorf("%s: err = %v", dsn, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "Sup3rSecretPW") {
+			t.Errorf("the refusal quotes the password: %v", err)
+		}
+	}
+	if _, err := Parse("c.yaml", []byte("store: {driver: postgres, dsn: \"postgresql://u@127.0.0.1/test?sslmode=disable\"}\n")); err != nil {
+		t.Errorf("a postgres URL is refused: %v", err)
+	}
+}

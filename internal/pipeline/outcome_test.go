@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -128,5 +130,49 @@ func TestOutcomeOtherEventLog(t *testing.T) {
 	}
 	if n := mem.Len(); n != 2 {
 		t.Fatalf("memory log holds %d events, want 2", n)
+	}
+}
+
+// failingOutcomes fails every outcome write with an error that names the
+// database, as a driver's connection error does.
+type failingOutcomes struct{ OutcomeLog }
+
+func (failingOutcomes) AppendOutcome(context.Context, []*audit.Event, *receipt.Receipt) error {
+	return errors.New("failed to connect to `user=postgres database=test`: 127.0.0.1:5432: dial tcp: connection refused")
+}
+
+// TestOutcomeUnrecordedAfterRun: when the tool ran but its outcome cannot
+// be recorded, the caller is told it ran (details.ran "yes", result
+// withheld) and is not shown the store's error, which names the database;
+// a call refused before it ran says the tool was not run.
+func TestOutcomeUnrecordedAfterRun(t *testing.T) {
+	m, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rl := store.ReceiptLog(m).(OutcomeLog)
+	p := testPipeline(t, store.EventLog(m), failingOutcomes{rl})
+	var ran atomic.Int64
+	st := p.State()
+	st.Invokers = map[string]Invoker{"native:text.echo": NativeInvoker(func(_ context.Context, args json.RawMessage) (any, error) {
+		ran.Add(1)
+		return args, nil
+	})}
+	p.Swap(st)
+	res, err := p.Call(context.Background(), Call{Tool: "native:text.echo", Principal: policy.Principal{ID: "alice", Tenant: "acme"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("the tool ran %d times, want 1", ran.Load())
+	}
+	if res.Err == nil || res.Err.Code != "audit_unavailable" || res.Err.Details["ran"] != "yes" || res.Output != nil {
+		t.Fatalf("result %+v err %+v: want audit_unavailable with details.ran yes and no output", res, res.Err)
+	}
+	for _, leak := range []string{"postgres", "127.0.0.1", "dial tcp"} {
+		if strings.Contains(res.Err.Message, leak) {
+			t.Errorf("the caller's message names the store (%q): %s", leak, res.Err.Message)
+		}
 	}
 }

@@ -1216,11 +1216,22 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 }
 
 // unrecorded answers a call whose audit record could not be written:
-// status error, code audit_unavailable (DESIGN.md decision 7).
+// status error, code audit_unavailable (DESIGN.md decision 7). The store's
+// error (which may name the database's host, user and database) goes to
+// the log, not to the caller. A call whose tool already ran says so
+// (details.ran "yes"; its result is withheld): the caller must not read
+// the refusal as "nothing happened".
 func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
 	res := cs.res
 	res.Status, res.Output = audit.StatusError, nil
-	res.Err = errcode.Errorf(errcode.AuditUnavailable, "the audit store could not record the call: %s", cs.red.RedactString(err.Error()))
+	p.opts.Logger.Error("audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,
+		"ran", res.Ran, "err", cs.red.RedactString(err.Error()))
+	if res.Ran {
+		res.Err = errcode.New(errcode.AuditUnavailable, "the tool ran, but the audit store could not record its outcome: the result is withheld").
+			WithDetails(map[string]any{"ran": "yes"})
+		return res, nil
+	}
+	res.Err = errcode.New(errcode.AuditUnavailable, "the audit store could not record the call: the tool was not run")
 	return res, nil
 }
 
