@@ -313,9 +313,19 @@ policy:
 			}
 			return status == http.StatusServiceUnavailable && strings.Contains(body, `"`+code+`"`)
 		})
+		// The refusal never names the backend's address or user (a
+		// driver's connection error does): that is for the log.
+		leaks := func(answer string) bool {
+			_, port, _ := net.SplitHostPort(p.addr())
+			return strings.Contains(answer, ":"+port) || strings.Contains(answer, "user=") || strings.Contains(answer, "dial tcp")
+		}
 		for range 3 {
-			if status, body := call(); status != http.StatusServiceUnavailable || !strings.Contains(body, `"`+code+`"`) {
+			status, body := call()
+			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"`+code+`"`) {
 				t.Fatalf("%s down: a call answered %d %s, want 503 %s (last: %s)", backend, status, body, code, last)
+			}
+			if leaks(body) {
+				t.Errorf("%s down: the refusal names the backend: %s", backend, body)
 			}
 		}
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "up__count", Arguments: map[string]any{}})
@@ -325,6 +335,9 @@ policy:
 		rb, _ := json.Marshal(res)
 		if !res.IsError || !strings.Contains(string(rb), code) {
 			t.Fatalf("%s down: tools/call answered %s, want an error result with %s", backend, rb, code)
+		}
+		if leaks(string(rb)) {
+			t.Errorf("%s down: the tools/call error result names the backend: %s", backend, rb)
 		}
 		if n := invoked.Load(); n != before {
 			t.Fatalf("%s down: the upstream was invoked %d times by refused calls", backend, n-before)

@@ -144,6 +144,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		h.auth.Challenge(w, r, e)
 		return
 	}
+	if e.Code == errcode.AuditUnavailable && e.Unwrap() != nil {
+		// A store's driver error names the database (host, port, user,
+		// name): the operator's log gets it, the caller a plain answer.
+		h.log.Error("http api: the store is unavailable", "method", r.Method, "path", r.URL.Path, "err", e.Message)
+		e = errcode.New(errcode.AuditUnavailable, "the audit store is unavailable; try again later")
+	}
 	if status == 0 {
 		status = e.Code.HTTPStatus()
 	}
