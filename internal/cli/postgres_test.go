@@ -219,8 +219,9 @@ signing: {key_file: %s}
 func TestValidatePostgresBackend(t *testing.T) {
 	dsn := postgresSchema(t)
 	live := writeFile(t, "pg-live.yaml", string(demoConfig)+fmt.Sprintf("\nstore: {driver: postgres, dsn: %q}\n", dsn))
-	if code, out, errOut := run(t, "", "validate", "--config", live); code != ExitOK || !strings.Contains(out, "OK") {
-		t.Fatalf("validate with a live PostgreSQL: %d %q %q", code, out, errOut)
+	if code, out, errOut := run(t, "", "validate", "--config", live); code != ExitOK || !strings.Contains(out, "OK") ||
+		!strings.Contains(errOut, "warning: ") || !strings.Contains(errOut, "approvals.binding_secret is not set") {
+		t.Fatalf("validate with a live PostgreSQL (and no approvals.binding_secret: a warning): %d %q %q", code, out, errOut)
 	}
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
@@ -242,8 +243,8 @@ func TestValidatePostgresBackend(t *testing.T) {
 	start := time.Now()
 	code, out, errOut := run(t, "", "validate", "--config", dead)
 	if code != ExitFailure || out != "" || !strings.Contains(errOut, "pg-dead.yaml:") ||
-		!strings.Contains(errOut, "store postgres://postgres:xxxxx@"+addr+"/test") || !strings.Contains(errOut, "PostgreSQL did not answer") ||
-		strings.Contains(errOut, "s3cret") {
+		!strings.Contains(errOut, "store postgres://postgres:xxxxx@"+addr+"/test") || !strings.Contains(errOut, "PostgreSQL cannot be reached or refused the connection") ||
+		strings.Contains(errOut, "did not answer within") || strings.Contains(errOut, "s3cret") {
 		t.Fatalf("validate with PostgreSQL down: %d %q %q", code, out, errOut)
 	}
 	t.Logf("validate with PostgreSQL down failed in %s", time.Since(start).Round(time.Millisecond))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store/postgres"
@@ -56,6 +57,9 @@ Exits 0 when the file is valid, 1 otherwise.`,
 			if cfg != nil {
 				for _, w := range cfg.Policy.Warnings() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
+				if cfg.Store.Driver == "postgres" && cfg.Approvals.BindingSecret == "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s: approvals.binding_secret is not set: on a shared store each replica binds approvals with its own signing key, so a retry through another replica asks for a new approval; give every replica the same binding_secret\n", cfg.PosOf("store", "driver"))
 				}
 			}
 			if len(issues) > 0 {
@@ -152,9 +156,14 @@ func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
 		err := postgres.Ping(pctx, cfg.Store.DSN)
 		cancel()
 		if err != nil {
+			why := fmt.Sprintf("PostgreSQL cannot be reached or refused the connection: %v", err)
+			if errcode.CodeOf(err) == errcode.Timeout || errors.Is(err, context.DeadlineExceeded) {
+				why = fmt.Sprintf("PostgreSQL did not answer within %s", backendConnectTimeout)
+			}
 			is = append(is, policy.Issue{Pos: cfg.PosOf("store", "dsn"),
-				Message: fmt.Sprintf("store %s: PostgreSQL did not answer within %s: %v", redactDSN(cfg.Store.DSN), backendConnectTimeout, err)})
+				Message: fmt.Sprintf("store %s: %s", redactDSN(cfg.Store.DSN), why)})
 		}
+
 	}
 	if cfg.RateLimit.Backend == "redis" {
 		_, closeLimiter, err := buildLimiter(ctx, cfg, slog.New(slog.DiscardHandler))
