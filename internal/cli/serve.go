@@ -15,10 +15,12 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/approval"
@@ -528,6 +530,8 @@ func buildLimiter(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if cfg.RateLimit.Backend != "redis" {
 		return ratelimit.NewMemory(ratelimit.MemoryOptions{}), func() {}, nil
 	}
+	redisLog.Store(logger)
+	redisLogOnce.Do(func() { goredis.SetLogger(redisLogger{}) })
 	cctx, cancel := context.WithTimeout(ctx, backendConnectTimeout)
 	defer cancel()
 	l, err := rlredis.New(cctx, rlredis.Options{URL: cfg.RateLimit.URL, Prefix: cfg.RateLimit.KeyPrefix,
@@ -536,4 +540,23 @@ func buildLimiter(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, nil, fmt.Errorf("ratelimit.backend redis: %v", err)
 	}
 	return l, func() { l.Close() }, nil
+}
+
+// go-redis logs its connection pool's troubles (failed dials, bad
+// connections) through one process-wide logger that writes raw lines to
+// stderr by default; redisLogger sends them, at debug level, to the
+// logger of the newest buildLimiter (serve's, redacting), so that they
+// are structured like every other line and never interleave with them.
+// Outages are reported by /readyz and by the refusals' own log lines.
+var (
+	redisLog     atomic.Pointer[slog.Logger]
+	redisLogOnce sync.Once
+)
+
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+	}
 }

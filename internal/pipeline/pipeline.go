@@ -681,10 +681,14 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 		}
 		rl, _, err := ratelimit.TakeAll(ctx, p.opts.Limiter, buckets)
 		if err != nil {
+			// The limiter's error (a Redis address) is for the log; the
+			// caller learns that the gate could not decide.
+			p.opts.Logger.Warn("rate limiter unavailable; call refused (fail closed)", "callId", res.CallID, "toolId", res.ToolID,
+				"err", cs.red.RedactString(err.Error()))
 			if errors.Is(err, ratelimit.ErrUnavailable) {
-				return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.RateLimitUnavailable, err, "rate limiter unavailable (fail closed)"))
+				return p.refuse(rec, cs, audit.StatusForbidden, errcode.New(errcode.RateLimitUnavailable, "rate limiter unavailable (fail closed): try again later"))
 			}
-			return p.refuse(rec, cs, audit.StatusForbidden, errcode.Wrap(errcode.Forbidden, err, "rate limiter unavailable (fail closed)"))
+			return p.refuse(rec, cs, audit.StatusForbidden, errcode.New(errcode.Forbidden, "rate limiter unavailable (fail closed)"))
 		}
 		if !rl.Allowed {
 			res.RetryAfter = rl.RetryAfter
