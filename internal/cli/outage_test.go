@@ -362,8 +362,31 @@ policy:
 			return status == http.StatusOK
 		})
 	}
+	// An event stream opened before the outages keeps delivering across
+	// them: when the store's feed ends (it cannot be read), the stream
+	// follows it again after its last event, on the same connection.
+	streamed := &streamRecorder{runs: map[string]int{}}
+	sreq, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/events/stream?from=start", nil)
+	sreq.Header.Set("Authorization", "Bearer "+key)
+	sresp, err := http.DefaultClient.Do(sreq)
+	if err != nil || sresp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/events/stream: %v %v", sresp, err)
+	}
+	go streamed.read(sresp.Body)
 	refusedWhile(pgProxy, "audit_unavailable", "store (postgres)")
 	refusedWhile(redisProxy, "ratelimit_unavailable", "ratelimit (redis)")
+	waitUntil(t, 30*time.Second, "the event stream to deliver every acknowledged call's two events", func() bool {
+		for _, a := range acked {
+			if streamed.count(a.runID) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if streamed.isEnded() {
+		t.Errorf("the event stream ended during the outages")
+	}
+	sresp.Body.Close()
 	if !strings.Contains(logs(), "readiness: backend unavailable") {
 		t.Errorf("no readiness log line; logs:\n%s", logs())
 	}
@@ -388,6 +411,47 @@ policy:
 		}
 	}
 	t.Logf("%d acknowledged calls checked", len(acked))
+}
+
+// streamRecorder counts the events of each run an SSE stream delivers.
+type streamRecorder struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	ended bool
+}
+
+func (r *streamRecorder) read(body io.Reader) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			RunID string `json:"runId"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil {
+			r.mu.Lock()
+			r.runs[ev.RunID]++
+			r.mu.Unlock()
+		}
+	}
+	r.mu.Lock()
+	r.ended = true
+	r.mu.Unlock()
+}
+
+func (r *streamRecorder) count(run string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[run]
+}
+
+func (r *streamRecorder) isEnded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
 }
 
 // mustHost returns rawURL's host:port.

@@ -153,16 +153,37 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 	fl.Flush()
 	tick := time.NewTicker(h.opts.Heartbeat)
 	defer tick.Stop()
+	var resume <-chan time.Time // set while the feed is being followed again
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 			bw.WriteString(": keep-alive\n\n")
+		case <-resume:
+			// The store's feed ended (it could not be read): follow it
+			// again after the last event this stream saw, so that the
+			// client misses nothing. A stream that started "from now" and
+			// saw no event yet has no position to resume from: it ends,
+			// and the client reconnects.
+			resume = nil
+			if ch, err = h.events.Follow(ctx, p.Tenant, cursor); err != nil {
+				if errcode.CodeOf(err) != errcode.AuditUnavailable {
+					return nil
+				}
+				ch, resume = nil, time.After(resumeDelay)
+			}
 		case f, ok := <-ch:
 			if !ok {
-				return nil
+				if ctx.Err() != nil || cursor == "" {
+					return nil
+				}
+				h.log.Warn("event stream: the store's feed ended; following it again", "tenant", p.Tenant)
+				bw.WriteString(": the store cannot be read; resuming\n\n")
+				ch, resume = nil, time.After(resumeDelay)
+				break
 			}
+			cursor = f.Cursor
 			if (typ != "" && f.Event.Type != typ) || (runID != "" && f.Event.RunID != runID) {
 				continue
 			}
@@ -185,6 +206,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Princi
 		fl.Flush()
 	}
 }
+
+// resumeDelay is how long an event stream waits before it follows the
+// store's feed again after the feed ended.
+const resumeDelay = time.Second
 
 // sseField strips the line breaks an SSE field value cannot hold (cursors
 // are base64url and never have any).
