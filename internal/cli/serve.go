@@ -109,7 +109,6 @@ reloads the policy from --config (kept unchanged if the new file has issues).`,
 
 // serve runs the gateway until ctx ends or a termination signal arrives.
 func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir string) error {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if os.Getenv("GOGC") == "" {
 		// The gateway's live heap is small (tens of MB) and its garbage is
 		// per-call JSON: collecting less often cuts GC CPU (about 15% of a
@@ -138,10 +137,16 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		if cfg, err = loadConfig(file); err != nil {
 			return err
 		}
-		logPolicyWarnings(logger, cfg)
 		if listen != "" {
 			cfg.Listen = listen
 		}
+	}
+	// Every log line passes the redactor, which learns each credential
+	// as it is resolved (log: format and level; DESIGN.md decision 9).
+	redactor := audit.NewRedactor()
+	logger := newLogger(stderr, cfg.Log, redactor)
+	if !quick {
+		logPolicyWarnings(logger, cfg)
 	}
 	if err := servable(cfg); err != nil {
 		return err
@@ -183,7 +188,6 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		return err
 	}
 	defer st.Close()
-	redactor := audit.NewRedactor()
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
 	binding, err := approvalBindingKey(cfg, key, redactor)
