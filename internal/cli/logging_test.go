@@ -129,7 +129,9 @@ policy:
 			defer cancel()
 			var stdout, stderr syncBuffer
 			exited := make(chan int, 1)
-			go func() { exited <- Main(ctx, []string{"serve", "--config", cfg}, strings.NewReader(""), &stdout, &stderr) }()
+			go func() {
+				exited <- Main(ctx, []string{"serve", "--config", cfg}, strings.NewReader(""), &stdout, &stderr)
+			}()
 			deadline := time.Now().Add(30 * time.Second)
 			for !strings.Contains(stderr.String(), "[REDACTED:tok]") {
 				if time.Now().After(deadline) {
