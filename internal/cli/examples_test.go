@@ -14,7 +14,8 @@ import (
 // Every examples/*.yaml passes `toolgate validate --offline` (issue 16
 // point 6), so the examples cannot rot; quickstart.yaml is the quick
 // start's embedded configuration; the multi-replica pair shares
-// PostgreSQL, Redis and the policy and differs in listen and signing key.
+// PostgreSQL, Redis, the policy and the approval-binding secret and differs
+// in listen and signing key.
 func TestExamples(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -70,6 +71,9 @@ func TestExamples(t *testing.T) {
 	}
 	if a.Policy.Version() != b.Policy.Version() || len(a.Auth.APIKeys) != len(b.Auth.APIKeys) {
 		t.Errorf("replicas have different policies or keys")
+	}
+	if a.Approvals.BindingSecret == "" || a.Approvals.BindingSecret != b.Approvals.BindingSecret || a.Credentials["approval-binding"] != b.Credentials["approval-binding"] {
+		t.Errorf("replicas do not share one approvals.binding_secret: %q %q", a.Approvals.BindingSecret, b.Approvals.BindingSecret)
 	}
 
 	s := load("stdio-two-principals.yaml")
