@@ -8,6 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/internal/version"
 )
 
 func newClientCmd() *cobra.Command {
@@ -26,7 +28,7 @@ bearer token (--key, or $TOOLGATE_KEY) and list its tools or call one. Results p
 			key = os.Getenv("TOOLGATE_KEY")
 		}
 		hc := &http.Client{Transport: bearerTransport{key: key}}
-		c := mcp.NewClient(&mcp.Implementation{Name: "toolgate-client", Version: "0.1.0"}, nil)
+		c := mcp.NewClient(&mcp.Implementation{Name: "toolgate-client", Version: version.String()}, nil)
 		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
 		if err != nil {
 			return nil, failure("connecting to %s: %v", url, err)

@@ -33,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	rlredis "github.com/toolgate/toolgate/ratelimit/redis"
@@ -109,7 +110,6 @@ reloads the policy from --config (kept unchanged if the new file has issues).`,
 
 // serve runs the gateway until ctx ends or a termination signal arrives.
 func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir string) error {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if os.Getenv("GOGC") == "" {
 		// The gateway's live heap is small (tens of MB) and its garbage is
 		// per-call JSON: collecting less often cuts GC CPU (about 15% of a
@@ -138,10 +138,16 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		if cfg, err = loadConfig(file); err != nil {
 			return err
 		}
-		logPolicyWarnings(logger, cfg)
 		if listen != "" {
 			cfg.Listen = listen
 		}
+	}
+	// Every log line passes the redactor, which learns each credential
+	// as it is resolved (log: format and level; DESIGN.md decision 9).
+	redactor := audit.NewRedactor()
+	logger := newLogger(stderr, cfg.Log, redactor)
+	if !quick {
+		logPolicyWarnings(logger, cfg)
 	}
 	if err := servable(cfg); err != nil {
 		return err
@@ -183,7 +189,6 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		return err
 	}
 	defer st.Close()
-	redactor := audit.NewRedactor()
 	ttl, _ := config.ParseDuration(cfg.Approvals.TTL)
 	wait, _ := config.ParseDuration(cfg.Approvals.Wait)
 	binding, err := approvalBindingKey(cfg, key, redactor)
@@ -275,7 +280,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
-		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: mcpgw.Version, Logger: logger,
+		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
 		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target})
 	if err != nil {
 		return failure("%v", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/url"
@@ -44,6 +45,7 @@ type Config struct {
 	PolicyNode  yaml.Node             `yaml:"policy"`
 	Approvals   Approvals             `yaml:"approvals"`
 	Hooks       []Hook                `yaml:"hooks"`
+	Log         Log                   `yaml:"log"`
 
 	// Derived by Load.
 	File   string          `yaml:"-"`
@@ -307,6 +309,33 @@ type Approvals struct {
 	// retry on another. Empty: derived from the replica's signing key,
 	// which suits one replica.
 	BindingSecret string `yaml:"binding_secret"`
+}
+
+// Log configures the gateway's operator log (stderr). Every line, in
+// either format, passes the redactor first (registered credential values
+// and secret shapes are scrubbed, DESIGN.md decision 9).
+type Log struct {
+	// Format is text (default: log/slog's key=value lines) or json (one
+	// JSON object per line, log/slog's JSONHandler: time, level, msg and
+	// the line's attributes).
+	Format string `yaml:"format"`
+	// Level is the least severity written: debug, info (default), warn or
+	// error.
+	Level string `yaml:"level"`
+}
+
+// SlogLevel is l.Level as a slog.Level (info for an empty or unknown
+// value, which validation reports).
+func (l Log) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }
 
 // Hook is a config-declared webhook hook.
@@ -681,6 +710,12 @@ func (c *Config) applyDefaults() {
 	if c.Approvals.ApproversScope == "" {
 		c.Approvals.ApproversScope = "toolgate:approve"
 	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
 }
 
 var (
@@ -948,6 +983,12 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		} else {
 			c.checkRefs(b, at("approvals", "binding_secret"), add)
 		}
+	}
+	if !oneOf(c.Log.Format, "text", "json") {
+		add(at("log", "format"), "log.format %q: want text or json", c.Log.Format)
+	}
+	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
+		add(at("log", "level"), "log.level %q: want debug, info, warn or error", c.Log.Level)
 	}
 	hookNames := map[string]bool{}
 	for i, h := range c.Hooks {

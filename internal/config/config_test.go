@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -347,5 +348,24 @@ func TestPostgresDSNIsURL(t *testing.T) {
 	}
 	if _, err := Parse("c.yaml", []byte("store: {driver: postgres, dsn: \"postgresql://u@127.0.0.1/test?sslmode=disable\"}\n")); err != nil {
 		t.Errorf("a postgres URL is refused: %v", err)
+	}
+}
+
+// log: format and level (issue 16 point 3): defaults text and info, the
+// closed sets validated with their location.
+func TestLogSection(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("listen: 127.0.0.1:7070\n"))
+	if err != nil || cfg.Log.Format != "text" || cfg.Log.Level != "info" || cfg.Log.SlogLevel() != slog.LevelInfo {
+		t.Fatalf("defaults: %+v %v", cfg, err)
+	}
+	cfg, err = Parse("c.yaml", []byte("log: {format: json, level: debug}\n"))
+	if err != nil || cfg.Log.Format != "json" || cfg.Log.SlogLevel() != slog.LevelDebug {
+		t.Fatalf("json/debug: %+v %v", cfg, err)
+	}
+	_, err = Parse("c.yaml", []byte("log: {format: xml, level: loud}\n"))
+	for _, want := range []string{`c.yaml:1:15: log.format "xml": want text or json`, `c.yaml:1:27: log.level "loud": want debug, info, warn or error`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
 	}
 }

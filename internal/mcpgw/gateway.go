@@ -58,13 +58,10 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/glob"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
-
-// Version is the gateway's implementation version in MCP initialize
-// exchanges.
-const Version = "0.1.0"
 
 // Meta keys of tools/call (request and result _meta).
 const (
@@ -236,7 +233,7 @@ func New(opts Options) (*Gateway, error) {
 		g.order = append(g.order, srv.Name)
 	}
 	sort.Strings(g.order)
-	g.server = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "toolgate MCP gateway", Version: Version}, &mcp.ServerOptions{
+	g.server = mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "toolgate MCP gateway", Version: version.String()}, &mcp.ServerOptions{
 		Logger: log,
 		Capabilities: &mcp.ServerCapabilities{
 			Tools:       &mcp.ToolCapabilities{ListChanged: true},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/version"
 )
 
 // Backoff of upstream reconnects: the first retry waits minBackoff, each
@@ -99,11 +100,11 @@ func (d *dialer) httpClient() *http.Client {
 
 // dial connects one client session with opts, sending middleware send
 // (nil: none) and receiving middleware mw,
-// asking for MCP protocol version (the SDK's latest when ""; the server
-// may answer another it supports). For a stdio server it starts the
+// asking for MCP protocol version protocol (the SDK's latest when ""; the
+// server may answer another it supports). For a stdio server it starts the
 // process; cmd is then the started command (nil for HTTP).
-func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version string, send mcp.Middleware, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: Version}, opts)
+func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, protocol string, send mcp.Middleware, mw ...mcp.Middleware) (*mcp.ClientSession, *exec.Cmd, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: version.String()}, opts)
 	client.AddReceivingMiddleware(mw...)
 	if send != nil {
 		client.AddSendingMiddleware(send)
@@ -128,8 +129,8 @@ func (d *dialer) dial(ctx context.Context, opts *mcp.ClientOptions, version stri
 		transport = &mcp.StreamableClientTransport{Endpoint: d.cfg.URL, HTTPClient: hc}
 	}
 	var so *mcp.ClientSessionOptions
-	if version != "" {
-		so = &mcp.ClientSessionOptions{ProtocolVersion: version}
+	if protocol != "" {
+		so = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
 	}
 	cs, err := client.Connect(ctx, transport, so)
 	if err != nil {

@@ -179,12 +179,21 @@ type Options struct {
 	// AuditContent is "hash" (default: events carry argsHash only) or "full"
 	// (events also carry the redacted inputs).
 	AuditContent string
-	// ToolTimeout bounds one invocation (default 60 s).
+	// ToolTimeout bounds one invocation (default DefaultToolTimeout).
 	ToolTimeout time.Duration
 	// Approver resolves require_approval decisions (issue 6); nil answers
 	// every one with approval_required at once.
 	Approver Approver
 }
+
+// Default timeouts: DefaultToolTimeout bounds one invocation when
+// Options.ToolTimeout is zero (a servers[].timeout or tools[].timeout of
+// the gateway shortens it, never lengthens it); DefaultHookTimeout bounds
+// one hook when its Registration's Timeout is zero.
+const (
+	DefaultToolTimeout = 60 * time.Second
+	DefaultHookTimeout = 2 * time.Second
+)
 
 // Approver makes a call whose decision is require_approval wait for a
 // person: Await returns the id of the approval the call consumed, or the
@@ -223,7 +232,7 @@ func New(opts Options) (*Pipeline, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.ToolTimeout <= 0 {
-		opts.ToolTimeout = 60 * time.Second
+		opts.ToolTimeout = DefaultToolTimeout
 	}
 	for i, h := range opts.Hooks {
 		if h.Hook == nil || h.Name == "" {
@@ -905,7 +914,7 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 func runHook[T any](ctx context.Context, reg hook.Registration, fn func(context.Context) (T, error)) (T, error) {
 	timeout := reg.Timeout
 	if timeout <= 0 {
-		timeout = 2 * time.Second
+		timeout = DefaultHookTimeout
 	}
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
