@@ -19,8 +19,8 @@ fi
 step "go vet"
 go vet ./...
 
-step "go build"
-go build -o /dev/null ./cmd/toolgate
+step "go build (static, -trimpath: the flags scripts/release.sh uses, so TestReleaseScript finds them built)"
+CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/toolgate
 
 step "npm test dependencies (testdata/npm: MCP reference servers, Node 22)"
 bash scripts/npm-setup.sh
