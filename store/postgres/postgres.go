@@ -144,6 +144,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/toolgate/toolgate/errcode"
@@ -268,6 +269,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if _, err := migrate(ctx, pool); err != nil {
 		pool.Close()
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "3F000" {
+			return nil, errNoSchema()
+		}
 		return nil, err
 	}
 	logger := opts.Logger

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -282,5 +283,28 @@ func TestRecoversAfterLostConnections(t *testing.T) {
 	}
 	if len(evs) < ok+1 {
 		t.Fatalf("%d events, want at least %d", len(evs), ok+1)
+	}
+}
+
+// A DSN whose search_path names no existing schema is refused by Ping
+// (validate) and Open (serve) as invalid_config naming the cause, not as a
+// migration failure ("no schema has been selected to create in").
+func TestMissingSchema(t *testing.T) {
+	u, err := url.Parse(testDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "tg_no_such_schema_"+strings.ReplaceAll(t.Name(), "/", "_"))
+	u.RawQuery = q.Encode()
+	ctx := context.Background()
+	if err := postgres.Ping(ctx, u.String()); errcode.CodeOf(err) != errcode.InvalidConfig || !strings.Contains(err.Error(), "search_path names no existing schema") {
+		t.Errorf("Ping: %v", err)
+	}
+	if s, err := postgres.Open(ctx, u.String(), postgres.Options{Signer: signer(1)}); errcode.CodeOf(err) != errcode.InvalidConfig || !strings.Contains(err.Error(), "search_path names no existing schema") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("Open: %v", err)
 	}
 }

@@ -62,7 +62,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // Ping connects to the PostgreSQL database dsn (as Open accepts it) and
 // checks that it answers, within ctx, without touching the schema: what
 // `toolgate validate` checks. Errors: InvalidArgument for a malformed dsn;
-// AuditUnavailable if the server cannot be reached; Cancelled, Timeout if
+// InvalidConfig when its search_path names no existing schema (the tables
+// could not be created); AuditUnavailable if the server cannot be
+// reached; Cancelled, Timeout if
 // ctx ends first. The error never holds the dsn's password (pgx names the
 // host, user and database only).
 func Ping(ctx context.Context, dsn string) error {
@@ -77,5 +79,20 @@ func Ping(ctx context.Context, dsn string) error {
 		return store.Unavailable(op, err)
 	}
 	defer conn.Close(context.Background())
-	return store.Unavailable(op, conn.Ping(ctx))
+	var schema *string
+	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return store.Unavailable(op, err)
+	}
+	if schema == nil {
+		return errNoSchema()
+	}
+	return nil
+}
+
+// errNoSchema is the InvalidConfig error of a DSN whose search_path names
+// no existing schema (PostgreSQL: "no schema has been selected to create
+// in").
+func errNoSchema() error {
+	return errcode.New(errcode.InvalidConfig, "the DSN's search_path names no existing schema: create it (CREATE SCHEMA name) or fix search_path").
+		WithDetails(map[string]any{"field": "dsn"})
 }
