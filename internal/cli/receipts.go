@@ -184,7 +184,9 @@ Exits 0 when everything verifies, 1 otherwise (with --config: when any chain fai
 func verifyReport(cmd *cobra.Command, name string, r io.Reader, keys []ed25519.PublicKey, jsonOut bool, from uint64) error {
 	rep, err := receipt.Verify(r, keys[0], receipt.VerifyOptions{From: from, Keys: keys[1:]})
 	if err != nil {
-		return failure("%s: verification FAILED: %v", name, err)
+		// The library names its option (From); this command's is --from.
+		msg := strings.Replace(err.Error(), "set From", "pass --from with the file's first seq", 1)
+		return failure("%s: verification FAILED: %s", name, msg)
 	}
 	if rep.Receipts == 0 {
 		return failure("%s: verification FAILED: the file holds no receipts", name)

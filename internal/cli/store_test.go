@@ -170,8 +170,9 @@ func TestReceiptsPubkeyAndFrom(t *testing.T) {
 			t.Fatalf("verify --from 2 --pubkey %s: %d %q %q", kf, code, out, errOut)
 		}
 	}
-	if code, _, _ := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile); code != ExitFailure {
-		t.Fatalf("verify of a suffix without --from: exit %d, want 1", code)
+	if code, _, errOut := run(t, "", "receipts", "verify", exported, "--pubkey", pubFile); code != ExitFailure ||
+		!strings.Contains(errOut, "pass --from with the file's first seq") || strings.Contains(errOut, "set From") {
+		t.Fatalf("verify of a suffix without --from: exit %d %q, want 1 and a hint naming --from", code, errOut)
 	}
 }
 
