@@ -13,9 +13,14 @@
 // queue (Options.QueueSize; callers block, honouring ctx, while it is
 // full) and applies all it can take without waiting, up to
 // Options.MaxBatch items, in one transaction: concurrent calls of one
-// replica share a commit. Each request runs under its own savepoint, so a
-// request refused on its own (a Conflict, an invalid value) fails alone
-// and the rest of the batch commits. Once a request is queued its caller
+// replica share a commit. A batch is first sent as one pipeline of three
+// statements (run heads and events, receipts, checkpoint: one row set per
+// table for the whole batch) committed as one implicit transaction, in a
+// single round trip. If the database refuses any of it, the batch is
+// applied again request by request, each under its own savepoint, so a
+// request refused on its own (a Conflict, an idempotent re-append, an
+// invalid value) fails or succeeds alone and the rest of the batch
+// commits. Once a request is queued its caller
 // waits for the outcome whatever its ctx says, so an error always means
 // nothing was stored; a request whose ctx ended before the writer reached
 // it is skipped with Cancelled or Timeout.

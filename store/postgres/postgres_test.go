@@ -39,7 +39,7 @@ func testDSN() string {
 // newSchema creates a fresh schema, dropped when t ends, and returns a DSN
 // whose search_path is it. The test fails (never skips) when the server
 // cannot be reached.
-func newSchema(t *testing.T) string {
+func newSchema(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

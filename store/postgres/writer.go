@@ -37,6 +37,7 @@ type writer struct {
 	done     chan struct{}
 	maxBatch int
 	commits  atomic.Int64 // transactions committed (for tests of group commit)
+	stale    bool         // chain may be ahead of the stored receipts (restoreChain failed)
 }
 
 func newWriter(s *Store, chain *receipt.Chain, opts Options) *writer {
@@ -117,14 +118,32 @@ func (w *writer) commit(batch []*request) {
 		live[i] = true
 	}
 	var err error
-	for attempt := 1; ; attempt++ {
-		err = w.attempt(batch, live, errs)
-		if err == nil {
-			break
+	if w.stale {
+		err = w.restoreChain()
+	}
+	if err == nil {
+		// One statement per table for the whole batch; if the database
+		// refuses any of it, again with a savepoint per request.
+		if err = w.fastAttempt(batch, live, errs); err != nil && !errors.Is(err, errFallback) {
+			for i, req := range batch {
+				if live[i] && req.rcpt != nil {
+					clearChainFields(req.rcpt)
+				}
+			}
+			if rerr := w.restoreChain(); rerr != nil {
+				err = rerr
+			}
 		}
-		w.restoreChain()
-		if !retriable(err) || attempt == maxAttempts {
-			break
+	}
+	if err != nil && !w.stale {
+		for attempt := 1; ; attempt++ {
+			err = w.attempt(batch, live, errs)
+			if err == nil {
+				break
+			}
+			if rerr := w.restoreChain(); rerr != nil || !retriable(err) || attempt == maxAttempts {
+				break
+			}
 		}
 	}
 	if err != nil {
@@ -176,9 +195,11 @@ func retriable(err error) bool {
 }
 
 // restoreChain resumes the chain from the last committed receipt after a
-// failed transaction. If even that read fails, the chain keeps its state
-// and the next batch's inserts fail on the chain's key until it works.
-func (w *writer) restoreChain() {
+// failed transaction. If even that read fails, the chain is stale (it may
+// be ahead of the stored receipts) and every batch fails with
+// AuditUnavailable, restoring it first, until the read works: a receipt
+// is never linked after one that was not stored.
+func (w *writer) restoreChain() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
 	if w.chain == nil {
@@ -187,9 +208,11 @@ func (w *writer) restoreChain() {
 	c, err := w.s.resumeChain(ctx)
 	if err != nil {
 		w.s.log.Warn("store/postgres: cannot resume the receipt chain", "err", err)
-		return
+		w.stale = true
+		return err
 	}
-	w.chain = c
+	w.chain, w.stale = c, false
+	return nil
 }
 
 // attempt runs batch in one transaction. Per-request refusals land in
