@@ -38,6 +38,20 @@ type Options struct {
 	// Sessions are the gateway's servers[].sessions modes measured, one
 	// gateway each; nil: per_client (the default mode).
 	Sessions []string
+	// Stores are the gateways' store drivers measured: sqlite (in the
+	// gateway's directory) and postgres (Postgres, a fresh schema per
+	// target, dropped afterwards); nil: sqlite.
+	Stores []string
+	// Replicas are the toolgate serve counts measured on postgres: each
+	// count is one target whose replicas share one schema (and Redis,
+	// with Redis set) and get the client sessions round-robin. sqlite is
+	// always measured with one. nil: 1.
+	Replicas []int
+	Postgres string // the PostgreSQL DSN for postgres (its schemas are created in it)
+	// Redis is a Redis URL: when set, every gateway takes its rate limit
+	// in Redis (ratelimit.backend redis, a key prefix per target), as
+	// replicas that share limits do; "": in-process limits.
+	Redis    string
 	Runs     int  // repetitions of every step (medians are reported); 0: 1
 	NoDirect bool // skip the direct steps
 	GOGC     int  // GC percent Main set for the load tool's own process (clients and echo server); 0: Go's default or the environment's (reported only)
@@ -83,15 +97,23 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer echo.close()
 	targets := []target{}
 	if !opts.NoDirect {
-		targets = append(targets, target{name: "direct", url: echo.url})
+		targets = append(targets, target{name: "direct", urls: []string{echo.url}})
 	}
-	for _, mode := range opts.Sessions {
-		g, err := startGateway(ctx, opts.Toolgate, dir, echo.url, mode)
-		if err != nil {
-			return nil, fmt.Errorf("starting toolgate (sessions: %s): %w", mode, err)
+	for _, st := range opts.Stores {
+		counts := opts.Replicas
+		if st == "sqlite" {
+			counts = []int{1}
 		}
-		defer g.stop()
-		targets = append(targets, target{name: "toolgate", sessions: mode, url: g.url, key: g.key, pid: g.pid})
+		for _, n := range counts {
+			for _, mode := range opts.Sessions {
+				t, stop, err := startTarget(ctx, opts, dir, echo.url, st, mode, n)
+				defer stop()
+				if err != nil {
+					return nil, fmt.Errorf("starting toolgate (store %s, %d replica(s), sessions: %s): %w", st, n, mode, err)
+				}
+				targets = append(targets, t)
+			}
+		}
 	}
 	for run := 1; run <= opts.Runs; run++ {
 		for _, c := range opts.Concurrency {
@@ -120,6 +142,12 @@ func (o Options) withDefaults() Options {
 	if len(o.Sessions) == 0 {
 		o.Sessions = []string{"per_client"}
 	}
+	if len(o.Stores) == 0 {
+		o.Stores = []string{"sqlite"}
+	}
+	if len(o.Replicas) == 0 {
+		o.Replicas = []int{1}
+	}
 	if o.Runs <= 0 {
 		o.Runs = 1
 	}
@@ -131,7 +159,7 @@ func (o Options) withDefaults() Options {
 
 // line is a one-line summary of r.
 func (r Result) line() string {
-	s := fmt.Sprintf("%-8s %-10s c=%-3d %8.0f calls/s  p50 %s  p99 %s", r.Target, r.Sessions, r.Concurrency, r.PerSec, ms(r.P50), ms(r.P99))
+	s := fmt.Sprintf("%-8s %-10s %-8s ×%d c=%-3d %8.0f calls/s  p50 %s  p99 %s", r.Target, r.Sessions, r.Store, r.Replicas, r.Concurrency, r.PerSec, ms(r.P50), ms(r.P99))
 	if cpu := r.GatewayCPUPerCall(); cpu >= 0 {
 		s += fmt.Sprintf("  gateway CPU %s/call", ms(cpu))
 	}
@@ -152,13 +180,13 @@ type row struct {
 // rows are the steps' medians, in the order first run.
 func (rep *Report) rows() []row {
 	type key struct {
-		target, sessions string
-		c                int
+		target, sessions, store string
+		replicas, c             int
 	}
 	var order []key
 	by := map[key][]Result{}
 	for _, r := range rep.Steps {
-		k := key{r.Target, r.Sessions, r.Concurrency}
+		k := key{r.Target, r.Sessions, r.Store, r.Replicas, r.Concurrency}
 		if _, ok := by[k]; !ok {
 			order = append(order, k)
 		}
@@ -221,22 +249,32 @@ func (rep *Report) Markdown(w io.Writer) {
 	if o.GOGC != 0 {
 		gogc = strconv.Itoa(o.GOGC)
 	}
-	fmt.Fprintf(w, "toolgate-load %s: %d run(s) × %s per step (warm-up %s), echo text %d bytes, gateway %s, GOMAXPROCS %d, %d CPUs, load tool GOGC %s, load average %s at the start, %s at the end\n\n",
-		rep.Started.Format("2006-01-02 15:04"), o.Runs, o.Duration, o.Warmup, o.Payload, gw, runtime.GOMAXPROCS(0), runtime.NumCPU(), gogc, rep.LoadAvg[0], rep.LoadAvg[1])
-	fmt.Fprintln(w, "| target | sessions | concurrency | calls/s (median) | calls/s range | p50 | p99 | gateway CPU per call | gateway CPU (cores) | load tool CPU per call | protocol |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	limits := "in process"
+	if o.Redis != "" {
+		limits = "in Redis"
+	}
+	fmt.Fprintf(w, "toolgate-load %s: %d run(s) × %s per step (warm-up %s), echo text %d bytes, gateway %s, rate limits %s, GOMAXPROCS %d, %d CPUs, load tool GOGC %s, load average %s at the start, %s at the end\n\n",
+		rep.Started.Format("2006-01-02 15:04"), o.Runs, o.Duration, o.Warmup, o.Payload, gw, limits, runtime.GOMAXPROCS(0), runtime.NumCPU(), gogc, rep.LoadAvg[0], rep.LoadAvg[1])
+	fmt.Fprintln(w, "| target | sessions | store | replicas | concurrency | calls/s (median) | calls/s range | p50 | p99 | gateway CPU per call | gateway CPU (cores) | load tool CPU per call | protocol |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	rows := rep.rows()
 	for _, r := range rows {
-		sess, cpu, cores := r.Sessions, "—", "—"
+		sess, st, reps, cpu, cores := r.Sessions, r.Store, "—", "—", "—"
 		if sess == "" {
 			sess = "—"
+		}
+		if st == "" {
+			st = "—"
+		}
+		if r.Replicas > 0 {
+			reps = strconv.Itoa(r.Replicas)
 		}
 		if pc := r.GatewayCPUPerCall(); pc >= 0 {
 			cpu = ms(pc)
 			cores = fmt.Sprintf("%.2f", float64(r.GatewayCPU)/float64(r.Elapsed))
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f–%.0f | %s | %s | %s | %s | %s | %s |\n",
-			r.Target, sess, r.Concurrency, r.PerSec, r.minRate, r.maxRate, ms(r.P50), ms(r.P99), cpu, cores,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %.0f | %.0f–%.0f | %s | %s | %s | %s | %s | %s |\n",
+			r.Target, sess, st, reps, r.Concurrency, r.PerSec, r.minRate, r.maxRate, ms(r.P50), ms(r.P99), cpu, cores,
 			ms(r.LoaderCPU/time.Duration(max(r.Calls, 1))), r.Protocol)
 	}
 	fmt.Fprintln(w)
@@ -251,6 +289,9 @@ func (rep *Report) Markdown(w io.Writer) {
 			continue
 		}
 		line := fmt.Sprintf("- toolgate (%s), concurrency %d:", r.Sessions, r.Concurrency)
+		if len(o.Stores) > 1 || r.Store != "sqlite" || r.Replicas != 1 {
+			line = fmt.Sprintf("- toolgate (%s, %s ×%d), concurrency %d:", r.Sessions, r.Store, r.Replicas, r.Concurrency)
+		}
 		d, ok := direct[r.Concurrency]
 		if ok {
 			ratio := r.PerSec / d.PerSec

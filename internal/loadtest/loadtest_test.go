@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestSmokeInProcess(t *testing.T) {
 	var b strings.Builder
 	rep.Markdown(&b)
 	md := b.String()
-	for _, want := range []string{"| direct | — | 1 |", "| toolgate | per_client | 4 |", "| toolgate | shared | 4 |",
+	for _, want := range []string{"| direct | — | — | — | 1 |", "| toolgate | per_client | sqlite | 1 | 4 |", "| toolgate | shared | sqlite | 1 | 4 |",
 		"toolgate (per_client), concurrency 4: throughput"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
@@ -44,11 +45,69 @@ func TestMainFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--concurrency", "0"}, {"--concurrency", "a"}, {"--sessions", "pooled"}, {"--payload", "1000"},
 		{"--in-process", "--toolgate", "x"}, {"--bogus"},
+		{"--stores", "mysql"}, {"--replicas", "0"}, {"--replicas", "2"}, {"--stores", "postgres"},
+		{"--stores", "postgres", "--postgres", "host=x"}, {"--redis", "http://x"},
 	} {
 		var out, errb strings.Builder
 		if code := Main(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
 		}
+	}
+}
+
+// A target with two URLs (two replicas) gets the client sessions
+// round-robin: with 4 sessions, both servers serve calls.
+func TestStepSpreadsSessionsOverReplicas(t *testing.T) {
+	a, err := startEcho()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	b, err := startEcho()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := runStep(ctx, target{name: "toolgate", store: "postgres", sessions: "per_client", urls: []string{a.url, b.url}}, 4, 0, 300*time.Millisecond, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Replicas != 2 || r.Calls < 1 {
+		t.Fatalf("step %+v: want 2 replicas and some calls", r)
+	}
+	if a.calls.Load() == 0 || b.calls.Load() == 0 {
+		t.Fatalf("calls per replica: %d and %d, want both above 0", a.calls.Load(), b.calls.Load())
+	}
+}
+
+// Two gateway replicas on one PostgreSQL schema, limits in Redis (the
+// machine's test services), in process: every call through either
+// succeeds and the report names the target.
+func TestSmokeTwoReplicasPostgres(t *testing.T) {
+	dsn := os.Getenv("TOOLGATE_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	rd := os.Getenv("TOOLGATE_TEST_REDIS")
+	if rd == "" {
+		rd = "redis://127.0.0.1:6379"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Concurrency: []int{4},
+		Stores: []string{"postgres"}, Replicas: []int{2}, Postgres: dsn, Redis: rd, NoDirect: true, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Run (PostgreSQL at %s and Redis at %s are required): %v", dsn, rd, err)
+	}
+	if len(rep.Steps) != 1 || rep.Steps[0].Replicas != 2 || rep.Steps[0].Store != "postgres" || rep.Steps[0].Calls < 1 {
+		t.Fatalf("steps %+v, want one postgres ×2 step with calls", rep.Steps)
+	}
+	var sb strings.Builder
+	rep.Markdown(&sb)
+	if !strings.Contains(sb.String(), "| toolgate | per_client | postgres | 2 | 4 |") || !strings.Contains(sb.String(), "rate limits in Redis") {
+		t.Errorf("report:\n%s", sb.String())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,9 @@ import (
 
 const usage = `toolgate-load: tools/call throughput, latency and gateway CPU, direct to a Go SDK echo
 server versus through toolgate serve with the full gate on (CEL policy, rate limit, durable
-SQLite events and receipts). Everything listens on 127.0.0.1.
+events and receipts in SQLite or PostgreSQL). Everything listens on 127.0.0.1. With
+--stores postgres --replicas 1,2 it also measures two toolgate serve processes sharing one
+PostgreSQL schema (and Redis, with --redis), the client sessions spread over both.
 
 Usage: go run ./cmd/toolgate-load [flags]
        go run ./cmd/toolgate-load slowbody [flags]   (the slow-body attack of issue 12; -h for its flags)
@@ -40,7 +43,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	var o Options
-	var conc, sessions, out, cpuprofile string
+	var conc, sessions, stores, replicas, out, cpuprofile string
 	var inProcess, smoke bool
 	fs.StringVar(&o.Toolgate, "toolgate", "", "toolgate binary to run as the gateway child (default: build ./cmd/toolgate)")
 	fs.BoolVar(&inProcess, "in-process", false, "run the gateway in this process (no gateway CPU figure; for --cpuprofile)")
@@ -48,6 +51,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before each step")
 	fs.StringVar(&conc, "concurrency", "1,16,64", "comma-separated client session counts")
 	fs.StringVar(&sessions, "sessions", "per_client", "comma-separated gateway sessions modes: per_client, shared")
+	fs.StringVar(&stores, "stores", "sqlite", "comma-separated gateway stores: sqlite, postgres (each a target, measured alternately)")
+	fs.StringVar(&replicas, "replicas", "1", "comma-separated toolgate serve counts per postgres target (the client sessions are spread round-robin over them); sqlite is measured with 1")
+	fs.StringVar(&o.Postgres, "postgres", "", "PostgreSQL DSN (postgres://…) for --stores postgres; each target gets its own schema, dropped afterwards")
+	fs.StringVar(&o.Redis, "redis", "", "Redis URL (redis://…): the gateways take their rate limit in Redis (ratelimit.backend redis), shared by the replicas of a target")
 	fs.IntVar(&o.Runs, "runs", 1, "repetitions of every step; the report shows medians")
 	fs.IntVar(&o.Payload, "payload", 64, "bytes of the echoed text")
 	fs.BoolVar(&o.NoDirect, "no-direct", false, "skip the direct steps")
@@ -90,6 +97,29 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return bad("--sessions %q: want per_client or shared", s)
 		}
 		o.Sessions = append(o.Sessions, s)
+	}
+	for _, s := range strings.Split(stores, ",") {
+		if s = strings.TrimSpace(s); s != "sqlite" && s != "postgres" {
+			return bad("--stores %q: want sqlite or postgres", s)
+		}
+		o.Stores = append(o.Stores, s)
+	}
+	for _, s := range strings.Split(replicas, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 8 {
+			return bad("--replicas %q: want numbers from 1 to 8", s)
+		}
+		o.Replicas = append(o.Replicas, n)
+	}
+	pg := slices.Contains(o.Stores, "postgres")
+	if !pg && slices.ContainsFunc(o.Replicas, func(n int) bool { return n > 1 }) {
+		return bad("--replicas above 1 needs --stores postgres (replicas share one PostgreSQL store)")
+	}
+	if pg && !strings.HasPrefix(o.Postgres, "postgres://") && !strings.HasPrefix(o.Postgres, "postgresql://") {
+		return bad("--stores postgres needs --postgres postgres://…")
+	}
+	if o.Redis != "" && !strings.HasPrefix(o.Redis, "redis://") && !strings.HasPrefix(o.Redis, "rediss://") {
+		return bad("--redis %q: want redis://host:port", o.Redis)
 	}
 	if o.Duration <= 0 || o.Warmup < 0 || o.Runs < 1 || o.Payload < 1 || o.Payload >= 1000 {
 		return bad("--duration must be positive, --warmup not negative, --runs ≥ 1, --payload 1–999 (the policy allows < 1000)")

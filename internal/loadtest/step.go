@@ -23,23 +23,29 @@ const callTimeout = 30 * time.Second
 type target struct {
 	name     string // "direct" or "toolgate"
 	sessions string // the gateway's sessions mode; "" for direct
-	url      string
-	key      string // bearer API key; "" for none
-	pid      int    // the gateway child whose CPU is measured; 0 for none
+	store    string // the gateways' store driver; "" for direct
+	// urls are the MCP endpoints: one, or one per replica (client session
+	// i goes to urls[i % len(urls)], so the load is spread evenly).
+	urls []string
+	key  string // bearer API key; "" for none
+	pids []int  // the gateway children whose CPU is measured (summed); none for direct or in process
 }
 
 // Result is one measured step.
 type Result struct {
 	Target      string        // "direct" or "toolgate"
 	Sessions    string        // per_client or shared (toolgate); "" for direct
-	Concurrency int           // client sessions, one worker each
+	Store       string        // sqlite or postgres (toolgate); "" for direct
+	Replicas    int           // toolgate serve processes sharing the load (toolgate); 0 for direct
+	Concurrency int           // client sessions, one worker each (spread over the replicas)
 	Protocol    string        // the MCP protocol version negotiated
 	Calls       int           // calls that started and ended inside the measured window
 	Elapsed     time.Duration // the measured window
 	PerSec      float64
 	P50, P99    time.Duration
-	// GatewayCPU is the gateway child's user+system CPU over the window;
-	// -1 when not measured (direct, or the gateway runs in process).
+	// GatewayCPU is the gateway children's user+system CPU over the
+	// window (all replicas together); -1 when not measured (direct, or
+	// the gateway runs in process).
 	GatewayCPU time.Duration
 	// LoaderCPU is this process's CPU over the window: clients and echo
 	// server (and the gateway too, in process).
@@ -66,7 +72,10 @@ const maxExtensions = 20
 // warmup and then for d (measured), and closes the sessions. Any failed
 // call or unexpected result fails the step.
 func runStep(ctx context.Context, t target, c int, warmup, d time.Duration, payload string) (Result, error) {
-	res := Result{Target: t.name, Sessions: t.sessions, Concurrency: c, GatewayCPU: -1}
+	res := Result{Target: t.name, Sessions: t.sessions, Store: t.store, Concurrency: c, GatewayCPU: -1}
+	if t.store != "" {
+		res.Replicas = len(t.urls)
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 4*c+16, 4*c+16
 	defer tr.CloseIdleConnections()
@@ -80,13 +89,14 @@ func runStep(ctx context.Context, t target, c int, warmup, d time.Duration, payl
 			cs.Close()
 		}
 	}()
-	for range c {
+	for i := range c {
+		url := t.urls[i%len(t.urls)]
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		cl := mcp.NewClient(&mcp.Implementation{Name: "toolgate-load", Version: "1.0.0"}, nil)
-		cs, err := cl.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: t.url, HTTPClient: hc}, nil)
+		cs, err := cl.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, nil)
 		cancel()
 		if err != nil {
-			return res, fmt.Errorf("connecting to %s: %w", t.url, err)
+			return res, fmt.Errorf("connecting to %s: %w", url, err)
 		}
 		sessions = append(sessions, cs)
 	}
@@ -119,9 +129,7 @@ func runStep(ctx context.Context, t target, c int, warmup, d time.Duration, payl
 	err := pause(sctx, warmup)
 	if err == nil {
 		t0 = time.Now()
-		if t.pid != 0 {
-			c0, err = procCPU(t.pid)
-		}
+		c0, err = procsCPU(t.pids)
 		l0 = selfCPU()
 		measureFrom.Store(max(int64(t0.Sub(base)), 1))
 	}
@@ -136,8 +144,8 @@ func runStep(ctx context.Context, t target, c int, warmup, d time.Duration, payl
 	}
 	t1 := time.Now()
 	l1 := selfCPU()
-	if err == nil && t.pid != 0 {
-		c1, err = procCPU(t.pid)
+	if err == nil {
+		c1, err = procsCPU(t.pids)
 	}
 	// Let in-flight calls finish (bounded), then cancel the stragglers.
 	stop.Store(true)
@@ -175,7 +183,7 @@ func runStep(ctx context.Context, t target, c int, warmup, d time.Duration, payl
 	res.P50 = time.Duration(percentile(lats, 0.50))
 	res.P99 = time.Duration(percentile(lats, 0.99))
 	res.LoaderCPU = l1 - l0
-	if t.pid != 0 {
+	if len(t.pids) > 0 {
 		res.GatewayCPU = c1 - c0
 	}
 	return res, nil
@@ -229,6 +237,19 @@ func checkEcho(res *mcp.CallToolResult, payload string) error {
 		return errors.New("tools/call did not echo the text")
 	}
 	return nil
+}
+
+// procsCPU is the summed user+system CPU of pids (0 for none).
+func procsCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }
 
 // percentile is the nearest-rank p-quantile of sorted (non-empty).
