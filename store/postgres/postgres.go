@@ -27,9 +27,10 @@
 //
 // A storage failure (connection lost, server down, a failed COMMIT) rolls
 // the batch back and fails every request in it with AuditUnavailable; the
-// writer then resumes its receipt chain from the last committed receipt,
-// so the chain never has a gap or a fork, and the next batch tries again:
-// the store recovers by itself when the server is back. A batch aborted by
+// writer then resumes its receipt chain from the last committed receipt
+// (until that read succeeds, every batch fails the same way), so the
+// chain never has a gap or a fork, and the next batch tries again: the
+// store recovers by itself when the server is back. A batch aborted by
 // a deadlock or serialization failure (two replicas locking the same run
 // heads in different orders) is retried whole, a few times, before it
 // fails.

@@ -203,7 +203,7 @@ func (w *writer) restoreChain() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 	defer cancel()
 	if w.chain == nil {
-		return
+		return nil
 	}
 	c, err := w.s.resumeChain(ctx)
 	if err != nil {
