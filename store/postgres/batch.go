@@ -32,11 +32,11 @@ var errFallback = errors.New("store/postgres: batch needs per-request savepoints
 func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error {
 	seen := map[string]bool{}
 	for i, req := range batch {
+		if !live[i] {
+			continue // errs[i] says why (its ctx ended)
+		}
 		errs[i] = nil
 		req.seqs, req.recs = nil, nil
-		if !live[i] {
-			continue
-		}
 		for _, ev := range req.events {
 			if seen[ev.EventID] {
 				return errFallback

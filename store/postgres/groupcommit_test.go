@@ -129,6 +129,44 @@ func TestBatchWithARefusedRequest(t *testing.T) {
 	}
 }
 
+// TestQueuedRequestCancelled: a request whose ctx ends while it waits in
+// the queue is answered with Cancelled and stores nothing, while the
+// rest of its batch commits.
+func TestQueuedRequestCancelled(t *testing.T) {
+	h := holdWriter(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var heldErr, okErr, cancelledErr error
+	wg.Add(1)
+	go func() { defer wg.Done(); heldErr = h.s.AppendEvents(ctx, h.event("run_held")) }()
+	h.waitHeld()
+	cctx, cancel := context.WithCancel(ctx)
+	gone := h.event("run_q")
+	wg.Add(1)
+	go func() { defer wg.Done(); cancelledErr = h.s.AppendEvents(cctx, gone) }()
+	waitFor(t, func() bool { return len(h.s.w.q) == 1 })
+	kept := h.event("run_q")
+	wg.Add(1)
+	go func() { defer wg.Done(); okErr = h.s.AppendEvents(ctx, kept) }()
+	waitFor(t, func() bool { return len(h.s.w.q) == 2 })
+	cancel()
+	h.release()
+	wg.Wait()
+	if heldErr != nil || okErr != nil {
+		t.Fatalf("appends: %v, %v", heldErr, okErr)
+	}
+	if errcode.CodeOf(cancelledErr) != errcode.Cancelled {
+		t.Fatalf("append whose ctx ended in the queue: %v, want Cancelled", cancelledErr)
+	}
+	evs, err := h.s.EventsByRun(ctx, "acme", "run_q", -1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].EventID != kept.EventID || evs[0].Sequence != 0 {
+		t.Fatalf("run_q holds %+v, want only the kept event, sequence 0", evs)
+	}
+}
+
 // held is a Store whose writer can be held: the first append of run_held
 // waits for a run-head row lock that another session holds until
 // release, and appends queued meanwhile form the next batch.
