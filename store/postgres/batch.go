@@ -13,13 +13,24 @@ import (
 
 // errFallback makes commit apply a batch request by request: the batch
 // repeats an event id across requests, which the one-statement-per-table
-// path does not resolve.
+// path does not resolve (or a test holds the writer at beforeFeed, which
+// needs a pause between the inserts and the feed number).
 var errFallback = errors.New("store/postgres: batch needs per-request savepoints")
+
+// feedStmt, the last statement of a transaction that inserted events,
+// takes the next feed number (feed_head's row lock, held until the
+// commit, makes numbers commit in order), records it with the
+// transaction's id and notifies the followers of every replica on commit
+// ($1: the events channel).
+const feedStmt = `WITH h AS (UPDATE feed_head SET seq = seq + 1 RETURNING seq),
+			f AS (INSERT INTO feed (seq, xid) SELECT seq, pg_current_xact_id() FROM h RETURNING seq)
+			SELECT pg_notify($1, f.seq::text) FROM f`
 
 // fastAttempt applies batch in one round trip: the run heads and events
 // of every request in one statement, the receipts in another, the
-// checkpoint in a third, pipelined (pgx.Batch) as one implicit
-// transaction that commits at the pipeline's Sync. That is the common
+// checkpoint in a third, the feed number (feedStmt) last, pipelined
+// (pgx.Batch) as one implicit transaction that commits at the pipeline's
+// Sync. That is the common
 // case, where no request is refused by the database. A receipt that does
 // not link (InvalidArgument) is refused in errs before anything is sent,
 // with its request's events, as a savepoint would. Any error returned
@@ -30,6 +41,9 @@ var errFallback = errors.New("store/postgres: batch needs per-request savepoints
 // receiptId already stored, a NUL byte. errFallback means nothing was
 // sent: the batch repeats an event id across requests.
 func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error {
+	if w.s.beforeFeed != nil {
+		return errFallback
+	}
 	seen := map[string]bool{}
 	for i, req := range batch {
 		if !live[i] {
@@ -139,6 +153,9 @@ func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error 
 			b.Queue(`INSERT INTO checkpoints (chain_id, seq, body) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 				cp.ChainID, int64(cp.Seq), body)
 		}
+	}
+	if len(ev.eids) > 0 {
+		b.Queue(feedStmt, w.s.lis.events)
 	}
 	if b.Len() > 0 {
 		ctx := context.Background()

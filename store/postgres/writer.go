@@ -281,9 +281,7 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 		if w.s.beforeFeed != nil {
 			w.s.beforeFeed()
 		}
-		if _, err := tx.Exec(ctx, `WITH h AS (UPDATE feed_head SET seq = seq + 1 RETURNING seq),
-			f AS (INSERT INTO feed (seq, xid) SELECT seq, pg_current_xact_id() FROM h RETURNING seq)
-			SELECT pg_notify($1, f.seq::text) FROM f`, w.s.lis.events); err != nil {
+		if _, err := tx.Exec(ctx, feedStmt, w.s.lis.events); err != nil {
 			return err
 		}
 	}
