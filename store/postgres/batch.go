@@ -30,16 +30,16 @@ const feedStmt = `WITH h AS (UPDATE feed_head SET seq = seq + 1 RETURNING seq),
 // of every request in one statement, the receipts in another, the
 // checkpoint in a third, the feed number (feedStmt) last, pipelined
 // (pgx.Batch) as one implicit transaction that commits at the pipeline's
-// Sync. That is the common
-// case, where no request is refused by the database. A receipt that does
-// not link (InvalidArgument) is refused in errs before anything is sent,
-// with its request's events, as a savepoint would. Any error returned
+// Sync. That is the common case, where no request is refused by the
+// database. A receipt that does not link (InvalidArgument) is refused in
+// errs before anything is sent, with its request's events, as a savepoint
+// would. Any error returned
 // means nothing was committed, receipts may have been linked (the caller
 // resumes the chain), and the batch must be applied by attempt instead,
 // which isolates in a savepoint each request the database refuses: an
 // event id already stored (an idempotent re-append or a Conflict), a
 // receiptId already stored, a NUL byte. errFallback means nothing was
-// sent: the batch repeats an event id across requests.
+// sent (see errFallback).
 func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error {
 	if w.s.beforeFeed != nil {
 		return errFallback
