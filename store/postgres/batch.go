@@ -105,8 +105,10 @@ func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error 
 		// Each run's numbers come from its run_heads row, locked in
 		// (tenant, run_id) order, byte-wise as attempt locks them, so
 		// that replicas rarely deadlock (and a deadlock is retried);
-		// events take them in batch order. An event id already stored
-		// fails the statement on events_event_id_key.
+		// events take them in batch order, marked with the writer's
+		// chain id (which replica wrote them, for OpenCalls after a
+		// crash). An event id already stored fails the statement on
+		// events_event_id_key.
 		b.Queue(`WITH u AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::bytea[])
 					WITH ORDINALITY AS u(e, t, p, r, ty, ts, c, sv, pl, ord)
@@ -118,15 +120,15 @@ func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error 
 				ON CONFLICT (tenant, run_id) DO UPDATE SET next_seq = run_heads.next_seq + EXCLUDED.next_seq
 				RETURNING tenant, run_id, next_seq
 			), i AS (
-				INSERT INTO events (event_id, tenant, principal, run_id, seq, type, ts, causation_id, schema_version, payload)
+				INSERT INTO events (event_id, tenant, principal, run_id, seq, type, ts, causation_id, schema_version, payload, chain_id)
 				SELECT u.e, u.t, u.p, u.r, h.next_seq - n.n - 1 + row_number() OVER (PARTITION BY u.t, u.r ORDER BY u.ord),
-					u.ty, u.ts, u.c, u.sv, u.pl
+					u.ty, u.ts, u.c, u.sv, u.pl, $10
 				FROM u JOIN n ON n.t = u.t AND n.r = u.r JOIN h ON h.tenant = u.t AND h.run_id = u.r
 				ORDER BY u.ord
 				RETURNING pos, event_id, seq
 			)
 			SELECT pos, event_id, seq FROM i`,
-			ev.eids, ev.tenants, ev.principals, ev.runs, ev.types, ev.tss, ev.causes, ev.schemas, ev.payloads).
+			ev.eids, ev.tenants, ev.principals, ev.runs, ev.types, ev.tss, ev.causes, ev.schemas, ev.payloads, w.s.ChainID()).
 			Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					var st stored
