@@ -99,6 +99,9 @@ func (w *writer) fastAttempt(batch []*request, live []bool, errs []error) error 
 	}
 
 	var b pgx.Batch
+	if g := w.s.guard; g != nil && (len(ev.eids) > 0 || len(rc.rids) > 0) {
+		b.Queue(fenceStmt, g.pid.Load())
+	}
 	type stored struct{ pos, seq int64 }
 	got := make(map[string]stored, len(ev.eids))
 	if len(ev.eids) > 0 {

@@ -1,8 +1,11 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +156,91 @@ func TestOpenRefusesUncoveredHead(t *testing.T) {
 	cs, err := r.Chains(ctx)
 	if err != nil || len(cs) != 1 || cs[0].HeadSeq != 1 || cs[0].CheckpointSeq != 0 {
 		t.Fatalf("chains: %+v %v", cs, err)
+	}
+}
+
+// A Store whose chain-lock connection dropped writes nothing while another
+// Store with its key holds the lock (no two writers alternate on one
+// chain), says so from Ping, and writes again, continuing the stored chain,
+// once the lock is free and it holds it again.
+func TestChainLockLostFencesWrites(t *testing.T) {
+	ctx := context.Background()
+	dsn := newSchema(t)
+	app := "tg_fence_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	a, err := postgres.Open(ctx, u.String(), postgres.Options{Signer: signer(51)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.AppendReceipt(ctx, okReceipt("a1")); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, testDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	// Every connection of a drops: its pool, its listener and its lock.
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app); err != nil {
+		t.Fatal(err)
+	}
+	// b, with the same key, takes the free lock (retrying while the
+	// server finishes a's terminated session).
+	var b *postgres.Store
+	eventually(t, func() bool {
+		b, err = postgres.Open(ctx, dsn, postgres.Options{Signer: signer(51)})
+		return err == nil
+	})
+	defer func() {
+		if b != nil {
+			b.Close()
+		}
+	}()
+	if err := b.AppendReceipt(ctx, okReceipt("b1")); err != nil {
+		t.Fatal(err)
+	}
+	// a notices the lost lock and writes nothing while b holds it.
+	eventually(t, func() bool { return a.Ping(ctx) != nil })
+	for i := range 5 {
+		err := a.AppendReceipt(ctx, okReceipt(fmt.Sprintf("a-fenced-%d", i)))
+		if errcode.CodeOf(err) != errcode.AuditUnavailable || !strings.Contains(err.Error(), "chain lock") {
+			t.Fatalf("append %d by the Store that lost its chain lock: %v, want audit_unavailable naming the chain lock", i, err)
+		}
+	}
+	if err := b.AppendReceipt(ctx, okReceipt("b2")); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b = nil
+	// The lock is free: a takes it again and continues the stored chain.
+	eventually(t, func() bool { return a.AppendReceipt(ctx, okReceipt("a2")) == nil })
+	var buf bytes.Buffer
+	if err := a.ExportReceipts(ctx, &buf, a.ChainID(), 0); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := receipt.Verify(&buf, a.PublicKey(), receipt.VerifyOptions{})
+	if err != nil {
+		t.Fatalf("the chain after the takeover and back: %v", err)
+	}
+	if rep.Receipts != 4 {
+		t.Errorf("%d receipts, want 4 (a1, b1, b2, a2)", rep.Receipts)
+	}
+}
+
+// eventually polls cond, with a deadline of a minute.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within a minute")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
 	}
 }

@@ -62,11 +62,14 @@
 // before it reads the chain's head. A second Store with the same key on the
 // same schema (a second replica configured with the first one's key file)
 // fails to open with InvalidConfig (details "chainId") instead of forking
-// the chain. The lock lives as long as its connection: should that
-// connection drop while the Store runs, another Store could take the lock;
-// the receipts table's (chain_id, seq) key still refuses a fork (the
-// loser's batch fails with AuditUnavailable and it resumes from the stored
-// head). A replica that exits, even by kill -9, releases its lock with its
+// the chain. The lock lives as long as its connection, so the Store
+// guards it (chainGuard): a goroutine checks the connection every second,
+// and every writing transaction starts with a fence (fenceStmt) that fails
+// unless that connection holds the lock. A Store whose lock connection
+// dropped therefore writes nothing (AuditUnavailable, and Ping fails)
+// while another Store with its key may hold the lock; it takes the lock
+// again on a new connection as soon as it is free, and resumes its chain
+// from the stored head. A replica that exits, even by kill -9, releases its lock with its
 // connection at once; one cut off by a network partition keeps it until
 // the server notices the dead session (its TCP keepalive settings), and a
 // restart with that key is refused until then. Open also records the signer's public key in chain_keys (Chains),
@@ -212,7 +215,7 @@ type Store struct {
 	signer *receipt.Signer
 	log    *slog.Logger
 	w      *writer
-	lock   *pgx.Conn // holds the chain's advisory lock; nil with NoReceipts
+	guard  *chainGuard // holds (and watches) the chain's advisory lock; nil with NoReceipts
 	noRcpt bool
 	lis    *listener
 
@@ -291,10 +294,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	var chain *receipt.Chain
 	if !opts.NoReceipts {
-		if s.lock, err = lockChain(ctx, cfg.ConnConfig, opts.Signer.KeyID()); err != nil {
+		conn, err := lockChain(ctx, cfg.ConnConfig, opts.Signer.KeyID())
+		if err != nil {
 			pool.Close()
 			return nil, err
 		}
+		s.guard = &chainGuard{cc: cfg.ConnConfig, chainID: opts.Signer.KeyID(), done: make(chan struct{}),
+			log: func(msg string, args ...any) { logger.Warn(msg, args...) }}
+		s.guard.setConn(conn)
 		if _, err := pool.Exec(ctx, `INSERT INTO chain_keys (chain_id, public_key, first_seen) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 			opts.Signer.KeyID(), store.EncodeKey(opts.Signer.PublicKey()), fmtTime(time.Now())); err != nil {
 			s.unlock()
@@ -328,6 +335,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	s.w = newWriter(s, chain, opts)
 	go s.w.run()
+	if s.guard != nil {
+		s.guard.started = true
+		go s.guard.run(s.base)
+	}
 	return s, nil
 }
 
@@ -386,13 +397,16 @@ func lockChain(ctx context.Context, cc *pgx.ConnConfig, chainID string) (*pgx.Co
 	return conn, nil
 }
 
-// unlock releases the chain lock by closing its connection.
+// unlock releases the chain lock by closing its connection: the guard's
+// goroutine closes it when s.base ends (call s.stop first), or, before the
+// guard was started, unlock does.
 func (s *Store) unlock() {
-	if s.lock != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.lock.Close(ctx)
-		s.lock = nil
+	switch g := s.guard; {
+	case g == nil:
+	case g.started:
+		<-g.done
+	default:
+		g.closeConn()
 	}
 }
 

@@ -49,12 +49,17 @@ func (s *Store) OpenCalls(ctx context.Context) ([]audit.Event, error) {
 
 // Ping checks within ctx that the database answers (a round trip on a
 // pooled connection), for readiness probes. Errors: AuditUnavailable if it
-// does not (or the Store is closed); Cancelled, Timeout if ctx ends first.
+// does not, if the Store lost its chain lock (it writes nothing until it
+// holds it again), or the Store is closed; Cancelled, Timeout if ctx ends
+// first.
 // Safe for concurrent use.
 func (s *Store) Ping(ctx context.Context) error {
 	const op = "ping postgres store"
 	if err := s.readable(ctx, op); err != nil {
 		return err
+	}
+	if err := s.guard.lostErr(); err != nil {
+		return err // it writes nothing while its chain lock is lost
 	}
 	return store.Unavailable(op, s.pool.Ping(ctx))
 }

@@ -117,8 +117,14 @@ func (w *writer) commit(batch []*request) {
 		}
 		live[i] = true
 	}
-	var err error
-	if w.stale {
+	// A Store that lost its chain lock writes nothing (chainGuard): another
+	// Store with its key may be writing its chain. Once the lock is held
+	// again, the chain resumes from the stored head.
+	err := w.s.guard.lostErr()
+	if err == nil && w.s.guard != nil && w.s.guard.resume.CompareAndSwap(true, false) {
+		w.stale = true
+	}
+	if err == nil && w.stale {
 		err = w.restoreChain()
 	}
 	if err == nil {
@@ -135,10 +141,17 @@ func (w *writer) commit(batch []*request) {
 			}
 		}
 	}
-	if err != nil && !w.stale {
+	if err != nil && w.s.guard != nil && isFenceFailure(err) {
+		err = w.s.guard.fenced()
+	}
+	if err != nil && !w.stale && w.s.guard.lostErr() == nil {
 		for attempt := 1; ; attempt++ {
 			err = w.attempt(batch, live, errs)
 			if err == nil {
+				break
+			}
+			if w.s.guard != nil && isFenceFailure(err) {
+				err = w.s.guard.fenced()
 				break
 			}
 			if rerr := w.restoreChain(); rerr != nil || !retriable(err) || attempt == maxAttempts {
@@ -234,6 +247,11 @@ func (w *writer) attempt(batch []*request, live []bool, errs []error) (err error
 			_ = tx.Rollback(ctx)
 		}
 	}()
+	if g := w.s.guard; g != nil {
+		if _, err := tx.Exec(ctx, fenceStmt, g.pid.Load()); err != nil {
+			return err
+		}
+	}
 	linked, added := false, false
 	for i, req := range batch {
 		if !live[i] {
