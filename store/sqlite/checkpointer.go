@@ -16,7 +16,12 @@ import (
 // of the batch, so the writer's connection has wal_autocheckpoint off and a
 // checkpointer goroutine copies the WAL from its own connection instead, in
 // PASSIVE mode (it never blocks the writer or readers), at most once per
-// checkpointInterval and only after commits.
+// checkpointInterval and only after commits. The interval is long enough
+// that the pages every commit rewrites (the right edges of the event
+// indexes, sqlite_sequence) are copied once per interval rather than once
+// per commit or two, and the pass's two fsyncs are rare: at 20 ms the
+// passes took 5 % of the process's CPU in BenchmarkGatewayCalls, the
+// writer 65 % (issue 15.1 in BENCHMARKS.md).
 //
 // That alone would let the WAL grow without bound under continuous writes:
 // SQLite restarts the WAL from its beginning only when a write transaction
@@ -29,7 +34,7 @@ import (
 // the WAL holds hardWALFrames frames. Each of these costs the waiting
 // callers a few milliseconds (copying plus two fsyncs), rarely.
 const (
-	checkpointInterval = 20 * time.Millisecond
+	checkpointInterval = 250 * time.Millisecond
 	softWALFrames      = 4096  // 16 MiB of 4 KiB pages
 	hardWALFrames      = 32768 // 128 MiB of 4 KiB pages
 	idleRestart        = time.Millisecond

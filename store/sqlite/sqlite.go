@@ -90,11 +90,13 @@
 // store.Feed fed by the writer after each commit.
 //
 // WAL checkpoints (copying the WAL back into the database file) run on a
-// third connection in their own goroutine, at most every 20 ms after
-// commits, so their copying does not stall commits. Once the WAL holds
-// 16 MiB, the writer runs one short checkpoint itself when it is idle, or
-// between two batches once it holds 128 MiB under load that never lets it
-// idle; that lets the WAL restart from its beginning, so it stays bounded.
+// third connection in their own goroutine, at most every 250 ms after
+// commits, so their copying does not stall commits (and a page the writer
+// rewrites at every commit is copied once per interval, not once per
+// commit). Once the WAL holds 16 MiB, the writer runs one short checkpoint
+// itself when it is idle, or between two batches once it holds 128 MiB
+// under load that never lets it idle; that lets the WAL restart from its
+// beginning, so it stays bounded.
 //
 // # Schema
 //
