@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/hook/webhook"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/console"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -278,18 +279,27 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	for _, s := range cfg.Servers {
 		upstreamSessions = upstreamSessions || s.Sessions == "per_client"
 	}
-	api, err := httpapi.New(httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
+	apiOpts := httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target})
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target}
+	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)
 	}
 	defer api.Close()
+	// The web console (issue 16 point 4): a client of the same API handler
+	// code, behind a session signed in with the same authenticator.
+	ui, err := console.New(console.Options{API: apiOpts, SignIn: authn, Logger: logger, Authenticated: ed.authenticated})
+	if err != nil {
+		return failure("%v", err)
+	}
+	defer ui.Close()
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw.Handler(authn, cfg.MCP.MaxBodyBytes))
 	mux.Handle("/", api)
+	mux.Handle(console.Prefix, ui)
 	// RFC 9728 protected-resource metadata (with auth.jwt; else the API's 404).
 	wellKnown := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !authn.cur.Load().ServeMetadata(w, r) {
@@ -342,6 +352,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	srv := ed.server(mux)
 	serving = true                    // srv.Serve closes ln
 	srv.RegisterOnShutdown(api.Close) // end SSE streams so Shutdown need not wait for them
+	srv.RegisterOnShutdown(ui.Close)
 	// End idle clients' standalone MCP streams (GET /mcp); in-flight calls
 	// still finish.
 	srv.RegisterOnShutdown(gw.CloseStreams)
@@ -350,6 +361,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	url := "http://" + ln.Addr().String() + "/mcp"
 	fmt.Fprintf(stdout, "toolgate: MCP gateway at %s\n", url)
 	fmt.Fprintf(stdout, "toolgate: OpenWOP HTTP API at http://%s/v1 (discovery: /.well-known/openwop)\n", ln.Addr())
+	fmt.Fprintf(stdout, "toolgate: web console at http://%s/ui/\n", ln.Addr())
 	if quick {
 		fmt.Fprintf(stdout, "toolgate: API key (shown once): %s\n", apiKey)
 		fmt.Fprintf(stdout, "toolgate: try: go run ./cmd/toolgate client tools --url %s --key %s\n", url, apiKey)
