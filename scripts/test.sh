@@ -25,6 +25,17 @@ CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/toolgate
 step "npm test dependencies (testdata/npm: MCP reference servers, Node 22)"
 bash scripts/npm-setup.sh
 
+step "headless Chromium for the web console's browser tests (Debian chromium, chromium-driver; installed when missing)"
+if [ ! -x /usr/bin/chromium ] || ! command -v chromedriver >/dev/null; then
+  command -v apt-get >/dev/null || { echo "test.sh: /usr/bin/chromium is missing and apt-get is not available to install it" >&2; exit 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || { echo "test.sh: apt-get update failed; cannot install chromium" >&2; exit 1; }
+  apt-get install -y -qq chromium chromium-driver >/tmp/toolgate-apt-chromium.log 2>&1 || {
+    cat /tmp/toolgate-apt-chromium.log; echo "test.sh: apt-get install chromium chromium-driver failed" >&2; exit 1; }
+fi
+[ -x /usr/bin/chromium ] || { echo "test.sh: /usr/bin/chromium is still missing after apt-get" >&2; exit 1; }
+dpkg-query -W chromium chromium-driver 2>/dev/null || true
+
 step "services: PostgreSQL 127.0.0.1:5432 and Redis 127.0.0.1:6379 (started when down; the tests fail, never skip, without them)"
 # reachable HOST PORT: a TCP connection succeeds.
 reachable() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }

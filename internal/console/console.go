@@ -391,8 +391,8 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, se *session) {
 // catalogRow is one tool of the Catalog page.
 type catalogRow struct {
 	ToolID, Title, Source, SafetyTier, Approval, Egress string
-	Scopes                                             []string
-	Credential                                         bool
+	Scopes                                              []string
+	Credential                                          bool
 }
 
 // catalogPage lists pipeline.Disclose's answer for the session's
