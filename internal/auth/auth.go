@@ -288,3 +288,17 @@ func NewKey() (string, error) {
 	}
 	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
+
+// Principals returns the principals of the configured API keys, in
+// configuration order (copies; JWT principals are not configured and so
+// not listed). The web console shows an admin which of them may see each
+// tool. Safe for concurrent use.
+func (a *Authenticator) Principals() []policy.Principal {
+	out := make([]policy.Principal, 0, len(a.keys))
+	for _, k := range a.keys {
+		p := k.principal
+		p.Scopes = append([]string(nil), p.Scopes...)
+		out = append(out, p)
+	}
+	return out
+}

@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +30,7 @@ func consoleUpstream(t *testing.T) string {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	for _, name := range []string{"echo", "write", "secret"} {
-		s.AddTool(&mcp.Tool{Name: name, InputSchema: map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}},
+		s.AddTool(&mcp.Tool{Name: name, Title: `<img src=x id=pwn-` + name + `> ` + name, InputSchema: map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}},
 			func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + ": " + string(req.Params.Arguments)}}}, nil
 			})
@@ -156,16 +159,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	keys := map[string]string{}
 	var keyLines strings.Builder
-	for _, p := range []struct{ id, scopes string }{
-		{"alice", "[]"},
-		{"dave", "[toolgate:approve, toolgate:admin, toolgate:audit, secret:read]"},
+	for _, p := range []struct{ id, scopes, tenant string }{
+		{"alice", "[]", "t1"},
+		{"dave", "[toolgate:approve, toolgate:admin, toolgate:audit, secret:read]", "t1"},
+		{"eve", "[toolgate:approve, toolgate:admin, secret:read]", "t2"},
 	} {
 		k, err := auth.NewKey()
 		if err != nil {
 			t.Fatal(err)
 		}
 		keys[p.id] = k
-		fmt.Fprintf(&keyLines, "    - {id: %s, key_sha256: %q, tenant: t1, scopes: %s}\n", p.id, auth.HashKey(k), p.scopes)
+		fmt.Fprintf(&keyLines, "    - {id: %s, key_sha256: %q, tenant: %s, scopes: %s}\n", p.id, auth.HashKey(k), p.tenant, p.scopes)
 	}
 	cfgFile := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(cfgFile, fmt.Appendf(nil, `listen: 127.0.0.1:0
@@ -203,7 +207,7 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	aliceMCP, daveMCP := mcpClient(keys["alice"]), mcpClient(keys["dave"])
 	b := browser(t)
 	booted := time.Now()
-	alice, dave := tab(t, b), tab(t, b)
+	alice, dave, eve := tab(t, b), tab(t, b), tab(t, b)
 
 	// Every /ui/ page but sign-in and the assets needs a session; the
 	// security headers are on every answer.
@@ -227,6 +231,54 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 		resp.Body.Close()
 	}
 
+	// Sign-in without the form's CSRF token is refused; with it, the
+	// session cookie is HttpOnly, SameSite=Strict, scoped to /ui/ and not
+	// Secure over plain HTTP.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, err := noFollow.PostForm(base+"/ui/signin", url.Values{"credential": {keys["alice"]}}); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("sign-in without the CSRF token: %v %v, want 403", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	{
+		resp, err := noFollow.Get(base + "/ui/signin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+		if m == nil || len(resp.Cookies()) != 1 {
+			t.Fatalf("sign-in page: no CSRF field or cookie: %s", page)
+		}
+		req, _ := http.NewRequest(http.MethodPost, base+"/ui/signin", strings.NewReader(url.Values{"credential": {keys["alice"]}, "csrf": {string(m[1])}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(resp.Cookies()[0])
+		resp, err = noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var sess *http.Cookie
+		for _, c := range resp.Cookies() {
+			if c.Name == "toolgate_session" {
+				sess = c
+			}
+		}
+		if resp.StatusCode != http.StatusSeeOther || sess == nil || !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode || sess.Path != "/ui/" || sess.Secure {
+			t.Errorf("sign-in: %d, session cookie %+v", resp.StatusCode, sess)
+		}
+		// Sign-out without the session's CSRF token is refused.
+		req, _ = http.NewRequest(http.MethodPost, base+"/ui/signout", strings.NewReader(""))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(sess)
+		if resp, err := noFollow.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Errorf("sign-out without the CSRF token: %v %v, want 403", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+
 	// 1. Sign in (a wrong key is refused), see the session cookie's flags.
 	if err := chromedp.Do(alice, chromedp.Navigate(base+"/ui/signin")); err != nil {
 		t.Fatal(err)
@@ -238,6 +290,7 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	waitJS(t, alice, "a wrong key is refused", `document.getElementById("signin-error") !== null`, 10*time.Second)
 	signIn(t, alice, base, keys["alice"])
 	signIn(t, dave, base, keys["dave"])
+	signIn(t, eve, base, keys["eve"])
 	if c := js[string](t, alice, `document.cookie`); c != "" {
 		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", c)
 	}
@@ -274,6 +327,20 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	}
 	if got := js[[]string](t, alice, `Array.from(document.querySelectorAll("#catalog tr.tool")).map(r => r.dataset.toolId)`); slices.Contains(got, "mcp:up.secret") {
 		t.Errorf("alice (no secret:read) sees mcp:up.secret: %v", got)
+	}
+	// Upstream text is escaped, never markup: the tools' titles hold an
+	// <img> tag that must show as text.
+	if n := js[int](t, dave, `document.querySelectorAll("#catalog img").length`); n != 0 {
+		t.Errorf("the catalog rendered %d <img> elements from upstream titles", n)
+	}
+	if !strings.Contains(js[string](t, dave, `document.getElementById("catalog").textContent`), "<img src=x id=pwn-echo> echo") {
+		t.Errorf("the catalog does not show the upstream title as text")
+	}
+	// An admin sees which of its tenant's principals see each tool (eve is
+	// of another tenant).
+	vis := js[map[string]string](t, dave, `Object.fromEntries(Array.from(document.querySelectorAll("#catalog tr.tool")).map(r => [r.dataset.toolId, r.querySelector(".visible-to").textContent]))`)
+	if vis["mcp:up.echo"] != "alice, dave" || vis["mcp:up.secret"] != "dave" {
+		t.Errorf("admin's visible-to column: %v", vis)
 	}
 	screenshot(t, dave, shots, "catalog")
 
@@ -338,6 +405,15 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	row := js[map[string]string](t, dave, `(() => { const r = document.querySelector("#approval-rows tr.approval"); return {id: r.dataset.approvalId, text: r.textContent}; })()`)
 	if row["id"] != id || !strings.Contains(row["text"], "mcp:up.write") || !strings.Contains(row["text"], "alice") || !strings.Contains(row["text"], "ship it") {
 		t.Errorf("dave's approval row: %v", row)
+	}
+	// Tenant scoping: eve, an approver of tenant t2, sees no approval of
+	// t1 and cannot approve one (404, as the API answers).
+	if err := chromedp.Do(eve, chromedp.Navigate(base+"/ui/approvals")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, eve, "eve's inbox loads", `document.getElementById("approvals-empty") !== null`, 10*time.Second)
+	if s := js[int](t, eve, `fetch("/ui/api/v1/approvals/`+id+`/approve", {method: "POST", headers: {"X-CSRF-Token": document.body.dataset.csrf, "Content-Type": "application/json"}, body: "{}"}).then(r => r.status)`); s != http.StatusNotFound {
+		t.Errorf("eve (tenant t2) approving a t1 approval: %d, want 404", s)
 	}
 	// A POST without the CSRF token is refused 403, and changes nothing.
 	if s := js[int](t, dave, `fetch("/ui/api/v1/approvals/`+id+`/approve", {method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"}).then(r => r.status)`); s != http.StatusForbidden {

@@ -102,6 +102,11 @@ type Options struct {
 	MaxSessions int
 	// Logger receives operator logs; nil discards.
 	Logger *slog.Logger
+	// Principals, when set, lists the configured principals (the API
+	// keys'); a holder of httpapi.AdminScope sees on the Catalog page which
+	// of its own tenant's principals may see each tool (pipeline.Disclose
+	// for each).
+	Principals func() []policy.Principal
 	// Authenticated, when set, is told of every request a live session
 	// authenticated (the gateway's edge stops counting its connection as
 	// unauthenticated); sign-in goes through SignIn, which tells its own.
@@ -111,16 +116,17 @@ type Options struct {
 // Console is the /ui/ handler. Safe for concurrent use; Close ends its
 // live audit streams.
 type Console struct {
-	pipe      *pipeline.Pipeline
-	signIn    httpapi.Authenticator
-	api       *httpapi.Handler
-	sessions  *sessions
-	approvers string
-	log       *slog.Logger
-	authed    func(*http.Request)
-	tmpl      *template.Template
-	static    http.Handler
-	mux       *http.ServeMux
+	pipe       *pipeline.Pipeline
+	signIn     httpapi.Authenticator
+	api        *httpapi.Handler
+	sessions   *sessions
+	approvers  string
+	log        *slog.Logger
+	authed     func(*http.Request)
+	principals func() []policy.Principal
+	tmpl       *template.Template
+	static     http.Handler
+	mux        *http.ServeMux
 }
 
 // New returns the console. Errors (*errcode.Error invalid_config): a
@@ -140,7 +146,7 @@ func New(opts Options) (*Console, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Console{pipe: opts.API.Pipeline, signIn: opts.SignIn, sessions: newSessions(opts.SessionTTL, opts.MaxSessions),
-		approvers: opts.API.ApproversScope, log: log, authed: opts.Authenticated}
+		approvers: opts.API.ApproversScope, log: log, authed: opts.Authenticated, principals: opts.Principals}
 	if c.approvers == "" {
 		c.approvers = "toolgate:approve"
 	}
@@ -393,13 +399,33 @@ type catalogRow struct {
 	ToolID, Title, Source, SafetyTier, Approval, Egress string
 	Scopes                                              []string
 	Credential                                          bool
+	// VisibleTo is, on an admin's page, the ids of the configured
+	// principals of the admin's tenant that may see the tool.
+	VisibleTo []string
 }
 
 // catalogPage lists pipeline.Disclose's answer for the session's
 // principal: the function GET /v1/tools and MCP tools/list use.
 func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request, se *session) {
 	rows := catalogRows(r.Context(), c.pipe, se.principal)
-	c.render(w, http.StatusOK, "catalog.html", c.data("catalog", se, rows))
+	d := c.data("catalog", se, rows)
+	if d.IsAdmin && c.principals != nil {
+		idx := map[string]int{}
+		for i := range rows {
+			idx[rows[i].ToolID] = i
+		}
+		for _, p := range c.principals() {
+			if p.Tenant != se.principal.Tenant {
+				continue // tenant scoping: another tenant's principals are not shown
+			}
+			for _, t := range c.pipe.Disclose(r.Context(), p) {
+				if i, ok := idx[t.Descriptor.ToolID]; ok {
+					rows[i].VisibleTo = append(rows[i].VisibleTo, p.ID)
+				}
+			}
+		}
+	}
+	c.render(w, http.StatusOK, "catalog.html", d)
 }
 
 func catalogRows(ctx context.Context, pipe *pipeline.Pipeline, p policy.Principal) []catalogRow {
