@@ -2,6 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +20,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
@@ -50,6 +56,34 @@ func newLoopbackServer(t *testing.T, h http.Handler) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// jwtIssuer serves a JWKS with one ES256 key on 127.0.0.1 and returns its
+// URL and a function signing a token for sub (tenant tid, scopes scope)
+// valid for an hour.
+func jwtIssuer(t *testing.T) (string, func(sub, tid, scope string) string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/jwks", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	})
+	iss := newLoopbackServer(t, mux)
+	return iss, func(sub, tid, scope string) string {
+		sg, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := jwt.Signed(sg).Claims(map[string]any{"iss": iss, "aud": "toolgate", "sub": sub, "tid": tid, "scope": scope,
+			"iat": time.Now().Add(-time.Minute).Unix(), "exp": time.Now().Add(time.Hour).Unix()}).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
 }
 
 // browser starts one headless Chromium (the flags issue 16 point 5 names,
@@ -150,6 +184,7 @@ func signIn(t *testing.T, ctx context.Context, base, key string) {
 func TestConsoleInBrowser(t *testing.T) {
 	start := time.Now()
 	upURL := consoleUpstream(t)
+	issURL, mint := jwtIssuer(t)
 	dir := t.TempDir()
 	shots := os.Getenv("TOOLGATE_SCREENSHOTS")
 	if shots == "" {
@@ -177,7 +212,8 @@ store: {driver: sqlite, dsn: %q}
 signing: {key_file: %q}
 auth:
   api_keys:
-%sservers:
+%s  jwt: {issuer: %q, audience: toolgate, jwks_url: %q}
+servers:
   - {name: up, url: %q}
 tools:
   - {match: "mcp:up.*", safety_tier: read, egress: none}
@@ -190,7 +226,7 @@ policy:
     - {id: writers, effect: allow, tools: ["mcp:up.write"]}
     - {id: writes-need-approval, effect: require_approval, tools: ["mcp:up.write"], when: 'has(args.text)', reason: "writes need a human"}
 approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
-`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), keyLines.String(), upURL+"/"), 0o600); err != nil {
+`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), keyLines.String(), issURL, issURL+"/jwks", upURL+"/"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base, logs := startServeInProcess(t, cfgFile)
@@ -207,7 +243,8 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	aliceMCP, daveMCP := mcpClient(keys["alice"]), mcpClient(keys["dave"])
 	b := browser(t)
 	booted := time.Now()
-	alice, dave, eve := tab(t, b), tab(t, b), tab(t, b)
+	alice, dave, eve, jwtUser := tab(t, b), tab(t, b), tab(t, b), tab(t, b)
+	token := mint("user-1", "t1", "secret:read")
 
 	// Every /ui/ page but sign-in and the assets needs a session; the
 	// security headers are on every answer.
@@ -291,6 +328,10 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	signIn(t, alice, base, keys["alice"])
 	signIn(t, dave, base, keys["dave"])
 	signIn(t, eve, base, keys["eve"])
+	signIn(t, jwtUser, base, token) // a JWT, checked by the same authenticator
+	if who := js[string](t, jwtUser, `document.getElementById("who").textContent`); who != "user-1 @ t1" {
+		t.Errorf("JWT sign-in: signed in as %q", who)
+	}
 	if c := js[string](t, alice, `document.cookie`); c != "" {
 		t.Errorf("document.cookie = %q: the session cookie must be HttpOnly", c)
 	}
@@ -307,7 +348,7 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 		name string
 		tab  context.Context
 		cs   *mcp.ClientSession
-	}{{"alice", alice, aliceMCP}, {"dave", dave, daveMCP}} {
+	}{{"alice", alice, aliceMCP}, {"dave", dave, daveMCP}, {"user-1 (JWT)", jwtUser, mcpClient(token)}} {
 		res, err := c.cs.ListTools(t.Context(), nil)
 		if err != nil {
 			t.Fatal(err)
