@@ -290,7 +290,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	defer api.Close()
 	// The web console (issue 16 point 4): a client of the same API handler
 	// code, behind a session signed in with the same authenticator.
-	ui, err := console.New(console.Options{API: apiOpts, SignIn: authn, Logger: logger, Authenticated: ed.authenticated,
+	ui, err := console.New(console.Options{API: apiOpts, SignIn: authn, Logger: logger,
 		Principals: func() []policy.Principal { return authn.cur.Load().Principals() }})
 	if err != nil {
 		return failure("%v", err)

@@ -15,7 +15,9 @@
 // checks, and the explain form is POST /v1/policy/explain.
 //
 // Sign-in takes an API key or a JWT and checks it with the API's own
-// authenticator (Options.SignIn); then the browser holds an HttpOnly,
+// authenticator (Options.SignIn), which checks it again on every later
+// request of the session (the credential stays in the gateway's memory,
+// never in a page, a cookie or a log); the browser holds an HttpOnly,
 // SameSite=Strict session cookie (Secure when served over TLS) scoped to
 // /ui/. Sessions live in memory, end at Options.SessionTTL, are capped at
 // Options.MaxSessions, and end at sign-out. Every state-changing request
@@ -107,10 +109,6 @@ type Options struct {
 	// of its own tenant's principals may see each tool (pipeline.Disclose
 	// for each).
 	Principals func() []policy.Principal
-	// Authenticated, when set, is told of every request a live session
-	// authenticated (the gateway's edge stops counting its connection as
-	// unauthenticated); sign-in goes through SignIn, which tells its own.
-	Authenticated func(*http.Request)
 }
 
 // Console is the /ui/ handler. Safe for concurrent use; Close ends its
@@ -122,7 +120,6 @@ type Console struct {
 	sessions   *sessions
 	approvers  string
 	log        *slog.Logger
-	authed     func(*http.Request)
 	principals func() []policy.Principal
 	tmpl       *template.Template
 	static     http.Handler
@@ -146,7 +143,7 @@ func New(opts Options) (*Console, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Console{pipe: opts.API.Pipeline, signIn: opts.SignIn, sessions: newSessions(opts.SessionTTL, opts.MaxSessions),
-		approvers: opts.API.ApproversScope, log: log, authed: opts.Authenticated, principals: opts.Principals}
+		approvers: opts.API.ApproversScope, log: log, principals: opts.Principals}
 	if c.approvers == "" {
 		c.approvers = "toolgate:approve"
 	}
@@ -236,17 +233,38 @@ func writeJSONError(w http.ResponseWriter, status int, code errcode.Code, msg st
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": string(code), "message": msg})
 }
 
-// current returns r's live session, or nil.
+// current returns r's live session, or nil. The session's credential is
+// checked again by SignIn on every request, so a key removed by a reload,
+// an expired JWT or changed scopes apply to the console at once as they do
+// to the API; a credential no longer accepted ends the session. The
+// returned session is a copy holding the principal of this check.
 func (c *Console) current(r *http.Request) *session {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil
 	}
 	se := c.sessions.get(ck.Value)
-	if se != nil && c.authed != nil {
-		c.authed(r)
+	if se == nil {
+		return nil
 	}
-	return se
+	p, err := c.check(r, se.cred)
+	if err != nil {
+		c.sessions.remove(ck.Value)
+		c.log.Info("console session ended: its credential is no longer accepted", "principal", se.principal.ID, "err", errMessage(err))
+		return nil
+	}
+	view := *se
+	view.principal = p
+	return &view
+}
+
+// check authenticates cred with SignIn exactly as the bearer credential of
+// an API request (r's context; none of r's own headers or body).
+func (c *Console) check(r *http.Request, cred string) (policy.Principal, error) {
+	ar := r.Clone(r.Context())
+	ar.Header = http.Header{"Authorization": {"Bearer " + cred}}
+	ar.Body, ar.ContentLength = http.NoBody, 0
+	return c.signIn.Authenticate(ar)
 }
 
 // apiProxy serves /ui/api/v1/...: the console's API handler at /v1/...,
@@ -359,15 +377,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.signinForm(w, r, http.StatusUnauthorized, "Enter an API key or a token.")
 		return
 	}
-	ar := r.Clone(r.Context())
-	ar.Header = http.Header{"Authorization": {"Bearer " + cred}}
-	ar.Body, ar.ContentLength = http.NoBody, 0
-	p, err := c.signIn.Authenticate(ar)
+	p, err := c.check(r, cred)
 	if err != nil {
 		c.signinForm(w, r, http.StatusUnauthorized, "Sign-in refused: "+errMessage(err))
 		return
 	}
-	id, _, err := c.sessions.create(p)
+	id, _, err := c.sessions.create(p, cred)
 	if err != nil {
 		c.signinForm(w, r, errcode.CodeOf(err).HTTPStatus(), errMessage(err))
 		return

@@ -13,9 +13,11 @@ import (
 )
 
 // session is one signed-in browser: the principal the sign-in
-// authenticated, its CSRF token and when it ends.
+// authenticated, the credential it signed in with (checked again on every
+// request), its CSRF token and when it ends.
 type session struct {
 	principal policy.Principal
+	cred      string
 	csrf      string
 	expires   time.Time
 }
@@ -42,10 +44,10 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// create starts a session for p and returns its cookie value. Errors:
+// create starts a session for p (signed in with cred) and returns its cookie value. Errors:
 // *errcode.Error rate_limited (429) when max live sessions exist (expired ones
 // are dropped first).
-func (s *sessions) create(p policy.Principal) (string, *session, error) {
+func (s *sessions) create(p policy.Principal, cred string) (string, *session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -60,7 +62,7 @@ func (s *sessions) create(p policy.Principal) (string, *session, error) {
 		return "", nil, errcode.Errorf(errcode.RateLimited, "the console has %d open sessions (its cap); try again later", s.max)
 	}
 	id := randomToken()
-	se := &session{principal: p, csrf: randomToken(), expires: now.Add(s.ttl)}
+	se := &session{principal: p, cred: cred, csrf: randomToken(), expires: now.Add(s.ttl)}
 	s.m[sha256.Sum256([]byte(id))] = se
 	return id, se, nil
 }

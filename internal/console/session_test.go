@@ -16,7 +16,7 @@ func TestSessions(t *testing.T) {
 	s.now = func() time.Time { return now }
 	alice := policy.Principal{ID: "alice", Tenant: "t1"}
 
-	id1, se1, err := s.create(alice)
+	id1, se1, err := s.create(alice, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,18 +26,18 @@ func TestSessions(t *testing.T) {
 	if s.get("") != nil || s.get(id1+"x") != nil {
 		t.Error("an empty or unknown cookie value found a session")
 	}
-	id2, _, err := s.create(alice)
+	id2, _, err := s.create(alice, "k")
 	if err != nil || id2 == id1 {
 		t.Fatalf("second session: %q %v", id2, err)
 	}
-	if _, _, err := s.create(alice); errcode.CodeOf(err) != errcode.RateLimited {
+	if _, _, err := s.create(alice, "k"); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Fatalf("a third session over the cap of 2: %v, want rate_limited", err)
 	}
 	s.remove(id2)
 	if s.get(id2) != nil {
 		t.Error("a removed session still answers")
 	}
-	id3, _, err := s.create(alice)
+	id3, _, err := s.create(alice, "k")
 	if err != nil {
 		t.Fatalf("a session after a removal: %v", err)
 	}
@@ -46,9 +46,9 @@ func TestSessions(t *testing.T) {
 	if s.get(id1) != nil || s.get(id3) != nil {
 		t.Error("a session answers at its expiry")
 	}
-	s.create(alice)
-	s.create(alice) // expired entries make room: the cap counts live ones
-	if _, _, err := s.create(alice); errcode.CodeOf(err) != errcode.RateLimited {
+	s.create(alice, "k")
+	s.create(alice, "k") // expired entries make room: the cap counts live ones
+	if _, _, err := s.create(alice, "k"); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Errorf("over the cap after expiry: %v", err)
 	}
 	if n := s.count(); n != 2 {
