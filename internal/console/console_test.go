@@ -26,7 +26,9 @@ import (
 
 // swappable is an authenticator the test replaces (as serve's reload
 // does).
-type swappable struct{ cur atomic.Pointer[auth.Authenticator] }
+type swappable struct {
+	cur atomic.Pointer[auth.Authenticator]
+}
 
 func (s *swappable) Authenticate(r *http.Request) (policy.Principal, error) {
 	return s.cur.Load().Authenticate(r)
