@@ -104,6 +104,8 @@ type Options struct {
 	MaxSessions int
 	// Logger receives operator logs; nil discards.
 	Logger *slog.Logger
+	// Now is the clock of session expiry; nil means time.Now.
+	Now func() time.Time
 	// Principals, when set, lists the configured principals (the API
 	// keys'); a holder of httpapi.AdminScope sees on the Catalog page which
 	// of its own tenant's principals may see each tool (pipeline.Disclose
@@ -142,7 +144,11 @@ func New(opts Options) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{pipe: opts.API.Pipeline, signIn: opts.SignIn, sessions: newSessions(opts.SessionTTL, opts.MaxSessions),
+	sess := newSessions(opts.SessionTTL, opts.MaxSessions)
+	if opts.Now != nil {
+		sess.now = opts.Now
+	}
+	c := &Console{pipe: opts.API.Pipeline, signIn: opts.SignIn, sessions: sess,
 		approvers: opts.API.ApproversScope, log: log, principals: opts.Principals}
 	if c.approvers == "" {
 		c.approvers = "toolgate:approve"
@@ -233,6 +239,32 @@ func writeJSONError(w http.ResponseWriter, status int, code errcode.Code, msg st
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": string(code), "message": msg})
 }
 
+// writeError is the one place the console maps an error to its answer:
+// the code's HTTP status (errcode.Code.HTTPStatus) with the flat envelope
+// {"error", "message"} under /ui/api/, plain text elsewhere. An error that
+// is not an *errcode.Error is logged and answered 500 internal_error.
+func (c *Console) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := errcode.As(err)
+	if e == nil {
+		c.log.Error("console: unexpected error", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = errcode.New(errcode.Internal, "internal error")
+	}
+	status := e.Code.HTTPStatus()
+	if strings.HasPrefix(r.URL.Path, Prefix+"api/") {
+		writeJSONError(w, status, e.Code, e.Message)
+		return
+	}
+	http.Error(w, string(e.Code)+": "+e.Message, status)
+}
+
+// Errors of the console's own checks.
+var (
+	errNoSession   = errcode.New(errcode.Unauthenticated, "no console session (sign in at /ui/signin)")
+	errCSRF        = errcode.New(errcode.Forbidden, "missing or wrong CSRF token ("+CSRFHeader+" header or csrf form field)")
+	errSigninCSRF  = errcode.New(errcode.Forbidden, "missing or wrong CSRF token (reload the sign-in page)")
+	errPostSession = errcode.New(errcode.Forbidden, "no console session")
+)
+
 // current returns r's live session, or nil. The session's credential is
 // checked again by SignIn on every request, so a key removed by a reload,
 // an expired JWT or changed scopes apply to the console at once as they do
@@ -274,11 +306,11 @@ func (c *Console) check(r *http.Request, cred string) (policy.Principal, error) 
 func (c *Console) apiProxy(w http.ResponseWriter, r *http.Request) {
 	se := c.current(r)
 	if se == nil {
-		writeJSONError(w, http.StatusUnauthorized, errcode.Unauthenticated, "no console session (sign in at /ui/signin)")
+		c.writeError(w, r, errNoSession)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameToken(r.Header.Get(CSRFHeader), se.csrf) {
-		writeJSONError(w, http.StatusForbidden, errcode.Forbidden, "missing or wrong CSRF token ("+CSRFHeader+")")
+		c.writeError(w, r, errCSRF)
 		return
 	}
 	r2 := r.Clone(r.Context())
@@ -310,7 +342,7 @@ func (c *Console) page(fn func(w http.ResponseWriter, r *http.Request, se *sessi
 		se := c.current(r)
 		if se == nil {
 			if r.Method != http.MethodGet {
-				http.Error(w, "forbidden: no console session", http.StatusForbidden)
+				c.writeError(w, r, errPostSession)
 				return
 			}
 			http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
@@ -364,12 +396,12 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request, status int,
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxCredential)
 	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad request", http.StatusBadRequest)
+		c.writeError(w, r, errcode.Wrap(errcode.InvalidArgument, err, "reading the sign-in form"))
 		return
 	}
 	ck, err := r.Cookie(signinCookie)
 	if err != nil || !sameToken(ck.Value, r.PostForm.Get("csrf")) {
-		http.Error(w, "forbidden: missing or wrong CSRF token (reload the sign-in page)", http.StatusForbidden)
+		c.writeError(w, r, errSigninCSRF)
 		return
 	}
 	cred := strings.TrimSpace(r.PostForm.Get("credential"))
@@ -398,7 +430,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 // signout serves POST /ui/signout (form field csrf): the session ends.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, se *session) {
 	if err := r.ParseForm(); err != nil || !sameToken(r.PostForm.Get("csrf"), se.csrf) {
-		http.Error(w, "forbidden: missing or wrong CSRF token", http.StatusForbidden)
+		c.writeError(w, r, errCSRF)
 		return
 	}
 	if ck, err := r.Cookie(sessionCookie); err == nil {

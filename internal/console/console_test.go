@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/internal/auth"
@@ -308,5 +309,30 @@ func TestRevocationAndCap(t *testing.T) {
 	}
 	if n := f.c.sessions.count(); n != 0 {
 		t.Errorf("sessions after revocation: %d", n)
+	}
+}
+
+// A session ends at Options.SessionTTL after sign-in.
+func TestSessionExpiry(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Now()
+	f := newFixture(t, false, func(o *Options) {
+		o.SessionTTL = time.Hour
+		o.Now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	})
+	cl := f.client(t)
+	if a := f.signIn(t, cl, "k-alice"); a.status != http.StatusSeeOther || sessionCookieOf(a).MaxAge != 3600 {
+		t.Fatalf("sign-in: %d %+v", a.status, sessionCookieOf(a))
+	}
+	clock.Store(int64(time.Hour - time.Second))
+	if a := f.get(t, cl, "/ui/api/v1/tools"); a.status != http.StatusOK {
+		t.Errorf("a second before expiry: %d", a.status)
+	}
+	clock.Store(int64(time.Hour))
+	if a := f.get(t, cl, "/ui/api/v1/tools"); a.status != http.StatusUnauthorized {
+		t.Errorf("at expiry: %d", a.status)
+	}
+	if a := f.post(t, cl, "/ui/signout", "application/x-www-form-urlencoded", "", nil); a.status != http.StatusForbidden || !strings.HasPrefix(a.body, "forbidden: ") {
+		t.Errorf("a POST page without a session: %d %q", a.status, a.body)
 	}
 }
