@@ -144,16 +144,16 @@ func startGateway(ctx context.Context, bin, dir, echoURL, sessions, key string, 
 	return g, nil
 }
 
-// waitReady reads the gateway's stdout up to the line with its URL (then
-// drains the rest), and polls /readyz; both within 30 s.
-func (g *gateway) waitReady(ctx context.Context, stdout io.Reader) error {
+// waitURL reads stdout up to the line that starts with prefix and sets
+// g.url to the rest of it (then drains stdout), within 30 s.
+func (g *gateway) waitURL(ctx context.Context, stdout io.Reader, prefix string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "toolgate: MCP gateway at "); ok {
+			if u, ok := strings.CutPrefix(sc.Text(), prefix); ok {
 				found <- u
 				break
 			}
@@ -164,12 +164,23 @@ func (g *gateway) waitReady(ctx context.Context, stdout io.Reader) error {
 	select {
 	case u, ok := <-found:
 		if !ok {
-			return errors.New("the gateway exited before printing its URL")
+			return errors.New("the process exited before printing its URL")
 		}
 		g.url = u
+		return nil
 	case <-ctx.Done():
-		return errors.New("the gateway printed no URL within 30 s")
+		return errors.New("the process printed no URL within 30 s")
 	}
+}
+
+// waitReady reads the gateway's stdout up to the line with its URL (then
+// drains the rest), and polls /readyz; both within 30 s.
+func (g *gateway) waitReady(ctx context.Context, stdout io.Reader) error {
+	if err := g.waitURL(ctx, stdout, "toolgate: MCP gateway at "); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	ready := strings.TrimSuffix(g.url, "/mcp") + "/readyz"
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

@@ -6,7 +6,10 @@
 // tools/call echo from c client sessions (one worker each) directly to the
 // echo server and through toolgate, at each concurrency, and reports
 // calls/s, p50/p99 latency and the gateway child's CPU per call (from
-// /proc/<pid>/stat over the measured window).
+// /proc/<pid>/stat over the measured window). Every concurrency also
+// measures a bare httputil.ReverseProxy hop to the echo server (issue 15
+// point 3: `toolgate-load proxy`, a child process measured like the
+// gateway), and the report gives every target's ratios to it.
 //
 // With no toolgate binary (Options.Toolgate "") the gateway runs in this
 // process instead (cli.Main, on goroutines labelled role=gateway for CPU
@@ -54,8 +57,15 @@ type Options struct {
 	Redis    string
 	Runs     int  // repetitions of every step (medians are reported); 0: 1
 	NoDirect bool // skip the direct steps
-	GOGC     int  // GC percent Main set for the load tool's own process (clients and echo server); 0: Go's default or the environment's (reported only)
-	Payload  int  // bytes of the echoed text; 0: 64
+	// NoProxy skips the bare proxy steps (issue 15 point 3: an
+	// httputil.ReverseProxy hop to the echo server, no MCP work).
+	NoProxy bool
+	// Self is the load tool's own binary, started as `Self proxy` for the
+	// bare proxy target (a child process, its CPU measured like the
+	// gateway's); "": the proxy runs in this process.
+	Self    string
+	GOGC    int // GC percent Main set for the load tool's own process (clients and echo server); 0: Go's default or the environment's (reported only)
+	Payload int // bytes of the echoed text; 0: 64
 	// Progress receives one line per finished step; nil: none.
 	Progress io.Writer
 	// Dir holds the gateways' configs, databases and keys; "": a new
@@ -98,6 +108,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	targets := []target{}
 	if !opts.NoDirect {
 		targets = append(targets, target{name: "direct", urls: []string{echo.url}})
+	}
+	if !opts.NoProxy {
+		p, err := startProxy(ctx, opts.Self, echo.url)
+		if err != nil {
+			return nil, fmt.Errorf("starting the bare proxy: %w", err)
+		}
+		defer p.stop()
+		t := target{name: "proxy", urls: []string{p.url}}
+		if p.pid != 0 {
+			t.pids = []int{p.pid}
+		}
+		targets = append(targets, t)
 	}
 	for _, st := range opts.Stores {
 		counts := opts.Replicas
@@ -305,6 +327,72 @@ func (rep *Report) Markdown(w io.Writer) {
 			line += fmt.Sprintf(" gateway CPU %s per call (target ≤ %s: %s)", ms(pc), ms(targetCPUPerCall), verdict(pc <= targetCPUPerCall))
 		} else {
 			line += " gateway CPU not measured"
+		}
+		fmt.Fprintln(w, line)
+	}
+	proxyRatios(w, rows, len(o.Stores) > 1)
+}
+
+// Targets of issue 15 (relative to the bare proxy hop, on the same run).
+const (
+	targetProxyThroughput = 0.95 // toolgate calls/s ≥ this × the proxy's, every concurrency
+	targetProxyCPU        = 1.1  // toolgate gateway CPU per call ≤ this × the proxy's, at targetC
+	targetProxyAdded      = 1.2  // toolgate's added p50 at c=1 ≤ this × the proxy's
+)
+
+// proxyRatios writes, for every row measured with a proxy row at the same
+// concurrency, its ratios to the bare proxy hop: throughput, p50 and p99,
+// gateway CPU per call (both measured), and at concurrency 1 the added
+// latency (p50 minus direct's p50), with the issue 15 targets for toolgate
+// (named with store and replicas when multi, or not sqlite ×1).
+func proxyRatios(w io.Writer, rows []row, multi bool) {
+	proxy, direct := map[int]row{}, map[int]row{}
+	for _, r := range rows {
+		switch r.Target {
+		case "proxy":
+			proxy[r.Concurrency] = r
+		case "direct":
+			direct[r.Concurrency] = r
+		}
+	}
+	if len(proxy) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRatios to the bare proxy hop (issue 15 targets for toolgate: throughput ≥ 0.95× at every concurrency, gateway CPU per call ≤ 1.1× at c=16, added p50 latency at c=1 ≤ 1.2×):")
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		p, ok := proxy[r.Concurrency]
+		if !ok || r.Target == "proxy" {
+			continue
+		}
+		tg := r.Target == "toolgate"
+		name := r.Target
+		if tg {
+			name = fmt.Sprintf("toolgate (%s)", r.Sessions)
+			if multi || r.Store != "sqlite" || r.Replicas != 1 {
+				name = fmt.Sprintf("toolgate (%s, %s ×%d)", r.Sessions, r.Store, r.Replicas)
+			}
+		}
+		tp := r.PerSec / p.PerSec
+		line := fmt.Sprintf("- %s, concurrency %d: throughput %.2f× proxy", name, r.Concurrency, tp)
+		if tg {
+			line += fmt.Sprintf(" (target ≥ %.2f×: %s)", targetProxyThroughput, verdict(tp >= targetProxyThroughput))
+		}
+		line += fmt.Sprintf("; p50 %.2f×, p99 %.2f× proxy", float64(r.P50)/float64(p.P50), float64(r.P99)/float64(p.P99))
+		if d, ok := direct[r.Concurrency]; ok && r.Concurrency == 1 && tg {
+			added, padded := r.P50-d.P50, p.P50-d.P50
+			line += fmt.Sprintf("; added latency %s (proxy %s)", ms(added), ms(padded))
+			if padded > 0 {
+				ar := float64(added) / float64(padded)
+				line += fmt.Sprintf(", %.2f× proxy (target ≤ %.1f×: %s)", ar, targetProxyAdded, verdict(ar <= targetProxyAdded))
+			}
+		}
+		if rc, pc := r.GatewayCPUPerCall(), p.GatewayCPUPerCall(); tg && rc >= 0 && pc > 0 {
+			cr := float64(rc) / float64(pc)
+			line += fmt.Sprintf("; gateway CPU %s vs proxy %s per call, %.2f×", ms(rc), ms(pc), cr)
+			if r.Concurrency == targetC {
+				line += fmt.Sprintf(" (target ≤ %.1f×: %s)", targetProxyCPU, verdict(cr <= targetProxyCPU))
+			}
 		}
 		fmt.Fprintln(w, line)
 	}

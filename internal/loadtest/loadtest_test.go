@@ -18,8 +18,8 @@ func TestSmokeInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Steps) != 6 {
-		t.Fatalf("%d steps, want 6 (2 concurrencies × direct, per_client, shared)", len(rep.Steps))
+	if len(rep.Steps) != 8 {
+		t.Fatalf("%d steps, want 8 (2 concurrencies × direct, proxy, per_client, shared)", len(rep.Steps))
 	}
 	for _, r := range rep.Steps {
 		if r.Calls < 1 || !(r.PerSec > 0) || r.P50 <= 0 || r.P99 < r.P50 || r.Protocol == "" {
@@ -32,8 +32,74 @@ func TestSmokeInProcess(t *testing.T) {
 	var b strings.Builder
 	rep.Markdown(&b)
 	md := b.String()
-	for _, want := range []string{"| direct | — | — | — | 1 |", "| toolgate | per_client | sqlite | 1 | 4 |", "| toolgate | shared | sqlite | 1 | 4 |",
-		"toolgate (per_client), concurrency 4: throughput"} {
+	for _, want := range []string{"| direct | — | — | — | 1 |", "| proxy | — | — | — | 4 |", "| toolgate | per_client | sqlite | 1 | 4 |", "| toolgate | shared | sqlite | 1 | 4 |",
+		"toolgate (per_client), concurrency 4: throughput", "- toolgate (shared), concurrency 4: throughput ",
+		"- toolgate (per_client), concurrency 1: throughput ", "× proxy (target ≥ 0.95×: target ", "; added latency "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// The bare proxy and toolgate serve as child processes (this test binary,
+// see TestMain): calls through both echo, both children's CPU is
+// measured, and the report gives toolgate's ratios to the proxy at every
+// concurrency, the added latency at c=1 and the CPU ratio. No timing is
+// asserted.
+func TestProxyChildRatios(t *testing.T) {
+	t.Setenv(slowChildEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Concurrency: []int{1, 16}, Self: os.Args[0], Toolgate: os.Args[0], Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proxies int
+	for _, r := range rep.Steps {
+		if r.Target != "proxy" {
+			continue
+		}
+		proxies++
+		if r.Calls < 1 || r.GatewayCPU < 0 || r.Protocol == "" {
+			t.Errorf("proxy step %+v: want calls, a protocol and the child's CPU measured", r)
+		}
+	}
+	if proxies != 2 {
+		t.Fatalf("%d proxy steps, want 2: %+v", proxies, rep.Steps)
+	}
+	var b strings.Builder
+	rep.Markdown(&b)
+	md := b.String()
+	for _, want := range []string{"| proxy | — | — | — | 1 |", "| proxy | — | — | — | 16 |", "Ratios to the bare proxy hop",
+		"- direct, concurrency 16: throughput ", "- toolgate (per_client), concurrency 1: throughput ",
+		"- toolgate (per_client), concurrency 16: throughput ", " per call, ", "× (target ≤ 1.1×: target "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// The ratios to the proxy from known steps: throughput, p50/p99, added
+// latency at c=1 and gateway CPU per call, with the issue 15 verdicts.
+func TestProxyRatios(t *testing.T) {
+	ms := time.Millisecond
+	rep := &Report{Steps: []Result{
+		{Target: "direct", Concurrency: 1, PerSec: 2000, Calls: 2000, P50: ms / 2, P99: ms, GatewayCPU: -1},
+		{Target: "proxy", Concurrency: 1, PerSec: 1000, Calls: 1000, P50: ms, P99: 2 * ms, GatewayCPU: 200 * ms, Elapsed: time.Second},
+		{Target: "toolgate", Sessions: "per_client", Store: "sqlite", Replicas: 1, Concurrency: 1, PerSec: 900, Calls: 900, P50: 1100 * time.Microsecond, P99: 3 * ms, GatewayCPU: 270 * ms, Elapsed: time.Second},
+		{Target: "direct", Concurrency: 16, PerSec: 4000, Calls: 4000, P50: ms, P99: ms, GatewayCPU: -1},
+		{Target: "proxy", Concurrency: 16, PerSec: 2000, Calls: 2000, P50: ms, P99: ms, GatewayCPU: 400 * ms, Elapsed: time.Second},
+		{Target: "toolgate", Sessions: "per_client", Store: "sqlite", Replicas: 1, Concurrency: 16, PerSec: 1960, Calls: 2000, P50: ms, P99: ms, GatewayCPU: 420 * ms, Elapsed: time.Second},
+	}}
+	var b strings.Builder
+	rep.Markdown(&b)
+	md := b.String()
+	for _, want := range []string{
+		"- direct, concurrency 1: throughput 2.00× proxy; p50 0.50×, p99 0.50× proxy\n",
+		"- toolgate (per_client), concurrency 1: throughput 0.90× proxy (target ≥ 0.95×: target missed); p50 1.10×, p99 1.50× proxy; added latency 0.600 ms (proxy 0.500 ms), 1.20× proxy (target ≤ 1.2×: target met); gateway CPU 0.300 ms vs proxy 0.200 ms per call, 1.50×\n",
+		"- toolgate (per_client), concurrency 16: throughput 0.98× proxy (target ≥ 0.95×: target met); p50 1.00×, p99 1.00× proxy; gateway CPU 0.210 ms vs proxy 0.200 ms per call, 1.05× (target ≤ 1.1×: target met)\n",
+	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -47,6 +113,7 @@ func TestMainFlags(t *testing.T) {
 		{"--in-process", "--toolgate", "x"}, {"--bogus"},
 		{"--stores", "mysql"}, {"--replicas", "0"}, {"--replicas", "2"}, {"--stores", "postgres"},
 		{"--stores", "postgres", "--postgres", "host=x"}, {"--redis", "http://x"},
+		{"proxy"}, {"proxy", "--upstream", "ftp://x"}, {"proxy", "--upstream", "http://127.0.0.1:1/mcp", "extra"},
 	} {
 		var out, errb strings.Builder
 		if code := Main(context.Background(), args, &out, &errb); code != 2 {

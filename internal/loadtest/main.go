@@ -22,8 +22,13 @@ events and receipts in SQLite or PostgreSQL). Everything listens on 127.0.0.1. W
 --stores postgres --replicas 1,2 it also measures two toolgate serve processes sharing one
 PostgreSQL schema (and Redis, with --redis), the client sessions spread over both.
 
+Every concurrency also measures a bare httputil.ReverseProxy hop to the echo server (no MCP
+work; this binary as a child process, "toolgate-load proxy --upstream URL", its CPU measured
+like toolgate's), and the report gives each target's ratios to it (issue 15 point 3).
+
 Usage: go run ./cmd/toolgate-load [flags]
        go run ./cmd/toolgate-load slowbody [flags]   (the slow-body attack of issue 12; -h for its flags)
+       go run ./cmd/toolgate-load proxy --upstream URL   (the bare proxy alone, on 127.0.0.1)
 
 Without --toolgate it builds ./cmd/toolgate into a temporary directory (run it inside the
 module). Exit status: 0 when every call succeeded (whether or not the targets are met),
@@ -38,6 +43,9 @@ Flags:
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "slowbody" {
 		return slowMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "proxy" {
+		return proxyMain(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("toolgate-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -58,6 +66,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Runs, "runs", 1, "repetitions of every step; the report shows medians")
 	fs.IntVar(&o.Payload, "payload", 64, "bytes of the echoed text")
 	fs.BoolVar(&o.NoDirect, "no-direct", false, "skip the direct steps")
+	fs.BoolVar(&o.NoProxy, "no-proxy", false, "skip the bare proxy steps (an httputil.ReverseProxy hop to the echo server, run as `toolgate-load proxy` in a child process)")
 	fs.StringVar(&out, "out", "", "append the Markdown report to this file")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --in-process: goroutines labelled role=gateway|client|echo)")
 	fs.IntVar(&o.GOGC, "gogc", 0, "GC percent of this process (its clients and the echo server, on both paths; 0: Go's default or GOGC from the environment); the gateway child keeps its own (toolgate serve's 400, or GOGC from the environment)")
@@ -137,6 +146,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "toolgate-load:", err)
 		return 1
+	}
+	if !inProcess && !o.NoProxy {
+		self, err := os.Executable()
+		if err != nil {
+			return fail(fmt.Errorf("finding this binary for the proxy child: %w", err))
+		}
+		o.Self = self
 	}
 	if !inProcess && o.Toolgate == "" {
 		dir, err := os.MkdirTemp("", "toolgate-load-bin-")

@@ -18,6 +18,12 @@ import (
 const slowChildEnv = "TOOLGATE_LOADTEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "proxy" { // the bare proxy child (Options.Self)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	if os.Getenv(slowChildEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := cli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
