@@ -50,7 +50,7 @@ var perKinds = []string{PerPrincipalTool, PerTenantTool, PerTool, PerPrincipal}
 
 // maxIndexedTools bounds the per-toolId rule index cache; decisions for
 // further toolIds are computed without caching.
-const maxIndexedTools = 4096
+const maxIndexedTools = 1 << 16
 
 // interruptEvery is how many comprehension iterations run between checks of
 // the context (cel.InterruptCheckFrequency).
@@ -98,10 +98,13 @@ type Program struct {
 	would      *Program
 	observeAll bool
 
-	// index caches, per toolId, the rules and rate limit that apply to it.
-	// The map behind the pointer is never modified: a miss copies it.
-	index   atomic.Pointer[map[string]*toolIndex]
-	indexMu sync.Mutex
+	// index caches, per toolId (string), the rules and rate limit that
+	// apply to it (*toolIndex); indexed counts its entries (at most
+	// maxIndexedTools). A miss adds one entry: a catalog of 10,000 tools
+	// fills it in linear time (issue 15.5; a copy-on-write map copied per
+	// miss was quadratic).
+	index   sync.Map
+	indexed atomic.Int64
 }
 
 type rule struct {
@@ -260,13 +263,9 @@ func compileOne(spec Spec, opts Options) (*Program, error) {
 	if p.version == "" {
 		p.version = canonicalVersion(spec, p.def)
 	}
-	m := make(map[string]*toolIndex, len(opts.KnownTools))
 	for _, id := range opts.KnownTools {
-		if len(m) < maxIndexedTools {
-			m[id] = p.buildIndex(id)
-		}
+		p.lookup(id)
 	}
-	p.index.Store(&m)
 	return p, nil
 }
 

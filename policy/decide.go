@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -721,34 +720,21 @@ func (p *Program) UsesArgs(toolID string) bool {
 }
 
 // lookup returns the rules and rate limit for toolID, from the cache when
-// possible. The cache is copy-on-write: readers never lock.
+// possible (readers never lock; a miss stores one entry while the cache
+// holds fewer than maxIndexedTools).
 func (p *Program) lookup(toolID string) *toolIndex {
-	if m := p.index.Load(); m != nil {
-		if ti, ok := (*m)[toolID]; ok {
-			return ti
-		}
+	if v, ok := p.index.Load(toolID); ok {
+		return v.(*toolIndex)
 	}
 	ti := p.buildIndex(toolID)
-	p.indexMu.Lock()
-	defer p.indexMu.Unlock()
-	old := p.index.Load()
-	if old != nil && len(*old) >= maxIndexedTools {
+	if p.indexed.Add(1) > maxIndexedTools {
+		p.indexed.Add(-1)
 		return ti
 	}
-	if old != nil {
-		if cur, ok := (*old)[toolID]; ok {
-			return cur
-		}
+	if v, loaded := p.index.LoadOrStore(toolID, ti); loaded {
+		p.indexed.Add(-1)
+		return v.(*toolIndex)
 	}
-	var m map[string]*toolIndex
-	if old != nil {
-		m = maps.Clone(*old)
-	}
-	if m == nil {
-		m = make(map[string]*toolIndex, 1)
-	}
-	m[toolID] = ti
-	p.index.Store(&m)
 	return ti
 }
 

@@ -474,8 +474,10 @@ func TestIndexCacheBounded(t *testing.T) {
 	for i := range maxIndexedTools + 10 {
 		p.lookup("tool:" + strings.Repeat("x", i%7) + string(rune(i)))
 	}
-	if n := len(*p.index.Load()); n > maxIndexedTools {
-		t.Errorf("index has %d entries", n)
+	n := 0
+	p.index.Range(func(any, any) bool { n++; return true })
+	if n > maxIndexedTools || int64(n) != p.indexed.Load() {
+		t.Errorf("index has %d entries (counted %d), want at most %d", n, p.indexed.Load(), maxIndexedTools)
 	}
 	check(t, p.Decide(t.Context(), call(alice, "mcp:fs.read_file", nil, map[string]any{})),
 		want{effect: EffectAllow, rule: "readers", layer: LayerRule})

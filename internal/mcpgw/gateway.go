@@ -32,6 +32,7 @@ package mcpgw
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,6 +180,26 @@ type surface struct {
 	// classes is the tools: classification the catalog was built with,
 	// which also classifies resource and prompt targets (surfaces.go).
 	classes []catalog.Classification
+	// defs caches the SHA-256 of each tool's JSON definition by toolId
+	// (viewDigest), filled on first use; guarded by defMu.
+	defMu sync.Mutex
+	defs  map[string][32]byte
+}
+
+// def is the SHA-256 of toolID's definition as tools/list answers it.
+func (sf *surface) def(toolID string) [32]byte {
+	sf.defMu.Lock()
+	defer sf.defMu.Unlock()
+	if d, ok := sf.defs[toolID]; ok {
+		return d
+	}
+	b, _ := json.Marshal(sf.tool[toolID])
+	d := sha256.Sum256(b)
+	if sf.defs == nil {
+		sf.defs = map[string][32]byte{}
+	}
+	sf.defs[toolID] = d
+	return d
 }
 
 // New builds the gateway: resolves credentials, starts connecting to every
@@ -650,10 +671,9 @@ const pageSize = 100
 // non-deny for p, sorted by name, paginated by cursor after filtering.
 func (g *Gateway) listTools(ctx context.Context, p policy.Principal, req *mcp.ListToolsRequest) (*mcp.ListToolsResult, error) {
 	sf := g.surface.Load()
-	visible := map[string]bool{}
-	for _, t := range g.pipe.Disclose(ctx, p) {
-		visible[t.Descriptor.ToolID] = true
-	}
+	// Only the tools up to a full page are decided (issue 15.5: one page
+	// over 10,000 tools), not the whole catalog per request.
+	visible := g.pipe.VisibleFunc(ctx, p)
 	start := 0
 	if req.Params != nil && req.Params.Cursor != "" {
 		after, err := decodeCursor(req.Params.Cursor)
@@ -668,7 +688,7 @@ func (g *Gateway) listTools(ctx context.Context, p policy.Principal, req *mcp.Li
 	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
 	for _, name := range sf.names[start:] {
 		id := sf.byName[name]
-		if !visible[id] {
+		if !visible(id) {
 			continue
 		}
 		if len(res.Tools) == pageSize {
@@ -694,12 +714,7 @@ func decodeCursor(c string) (string, error) {
 
 // disclosed reports whether toolID is in p's tool list.
 func (g *Gateway) disclosed(ctx context.Context, p policy.Principal, toolID string) bool {
-	for _, t := range g.pipe.Disclose(ctx, p) {
-		if t.Descriptor.ToolID == toolID {
-			return true
-		}
-	}
-	return false
+	return g.pipe.Visible(ctx, p, toolID)
 }
 
 // unknownTool is the JSON-RPC error MCP servers (the go-sdk) give for a tool

@@ -3,7 +3,6 @@ package mcpgw
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -44,32 +43,17 @@ func (g *Gateway) scheduleRefresh(u *upstream, cs *mcp.ClientSession) {
 }
 
 // viewDigest is a digest of the tools p may see, with their definitions as
-// tools/list answers them. defs caches definition digests by toolId within
-// one notification pass (nil: none).
-func (g *Gateway) viewDigest(ctx context.Context, p policy.Principal, defs map[string][32]byte) [32]byte {
+// tools/list answers them (digests cached in the surface).
+func (g *Gateway) viewDigest(ctx context.Context, p policy.Principal) [32]byte {
 	sf := g.surface.Load()
 	h := sha256.New()
-	var ids []string
-	for _, t := range g.pipe.Disclose(ctx, p) {
-		ids = append(ids, t.Descriptor.ToolID)
-	}
-	visible := map[string]bool{}
-	for _, id := range ids {
-		visible[id] = true
-	}
-	for _, name := range sf.names { // sorted: the digest does not depend on Disclose's order
+	visible := g.pipe.VisibleFunc(ctx, p)
+	for _, name := range sf.names { // sorted: the digest does not depend on the catalog's order
 		id := sf.byName[name]
-		if !visible[id] {
+		if !visible(id) {
 			continue
 		}
-		d, ok := defs[id]
-		if !ok {
-			b, _ := json.Marshal(sf.tool[id])
-			d = sha256.Sum256(b)
-			if defs != nil {
-				defs[id] = d
-			}
-		}
+		d := sf.def(id)
 		h.Write([]byte(name))
 		h.Write([]byte{0})
 		h.Write(d[:])
@@ -92,7 +76,6 @@ func (g *Gateway) notifyToolsChanged() {
 	defer g.notifyMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	defs := map[string][32]byte{}
 	byPrincipal := map[string][32]byte{}
 	changed := false
 	g.sessions.Range(func(_, v any) bool {
@@ -100,7 +83,7 @@ func (g *Gateway) notifyToolsChanged() {
 		key := limitKey(ds.principal)
 		d, ok := byPrincipal[key]
 		if !ok {
-			d = g.viewDigest(ctx, ds.principal, defs)
+			d = g.viewDigest(ctx, ds.principal)
 			byPrincipal[key] = d
 		}
 		ds.mu.Lock()

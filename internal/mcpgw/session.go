@@ -62,7 +62,7 @@ func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession 
 	// The view the session starts with, taken in order with the
 	// notification passes, so that a change is either in it or notified.
 	g.notifyMu.Lock()
-	ds.view = g.viewDigest(context.Background(), p, nil)
+	ds.view = g.viewDigest(context.Background(), p)
 	v, loaded := g.sessions.LoadOrStore(ss.ID(), ds)
 	g.notifyMu.Unlock()
 	if loaded {

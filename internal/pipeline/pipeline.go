@@ -357,6 +357,25 @@ func (p *Pipeline) Disclose(ctx context.Context, principal policy.Principal) []*
 	return out
 }
 
+// VisibleFunc is Visible bound to one snapshot of the catalog and policy
+// and one instant: vis(toolID) reports whether toolID is disclosed to
+// principal, each answer costing one policy Disclose of that tool (a
+// paginated list checks only the tools of the page it returns, not the
+// whole catalog). vis is safe for concurrent use; it answers false for a
+// toolId not in the snapshot's catalog.
+func (p *Pipeline) VisibleFunc(ctx context.Context, principal policy.Principal) (vis func(toolID string) bool) {
+	st := p.state.Load()
+	now := p.opts.Now()
+	return func(toolID string) bool {
+		facts, ok := st.facts[toolID]
+		if !ok || st.Policy == nil {
+			return false
+		}
+		in := policy.Input{Principal: principal, Tool: facts, Now: now}
+		return st.Policy.Disclose(ctx, &in)
+	}
+}
+
 // Visible reports whether toolID is disclosed to principal.
 func (p *Pipeline) Visible(ctx context.Context, principal policy.Principal, toolID string) bool {
 	st := p.state.Load()
