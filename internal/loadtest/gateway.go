@@ -36,8 +36,9 @@ signing: {key_file: %s/toolgate.key}
 audit: {durability: sync, content: hash}
 %s
 # One principal opens every load session (up to 64 per step, more across
-# steps while the previous ones end): above the per-principal default.
-mcp: {max_sessions_per_principal: 512}
+# steps while the previous ones end; 1,000 idle ones in toolgate-load
+# sessions): above the defaults.
+mcp: {max_sessions: 4096, max_sessions_per_principal: 4096}
 auth:
   api_keys:
     - {id: load, key_sha256: "%s", tenant: bench, scopes: [echo:call]}

@@ -29,6 +29,7 @@ like toolgate's), and the report gives each target's ratios to it (issue 15 poin
 Usage: go run ./cmd/toolgate-load [flags]
        go run ./cmd/toolgate-load slowbody [flags]   (the slow-body attack of issue 12; -h for its flags)
        go run ./cmd/toolgate-load proxy --upstream URL   (the bare proxy alone, on 127.0.0.1)
+       go run ./cmd/toolgate-load sessions [flags]   (RSS with idle MCP sessions, issue 15.5; -h for its flags)
 
 Without --toolgate it builds ./cmd/toolgate into a temporary directory (run it inside the
 module). Exit status: 0 when every call succeeded (whether or not the targets are met),
@@ -43,6 +44,9 @@ Flags:
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "slowbody" {
 		return slowMain(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "sessions" {
+		return sessionsMain(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "proxy" {
 		return proxyMain(ctx, args[1:], stdout, stderr)

@@ -61,3 +61,28 @@ func TestSlowBodyFlags(t *testing.T) {
 		}
 	}
 }
+
+// toolgate-load sessions against a real serve child (this test binary, see
+// TestMain): every session opens and calls, both RSS samples are read and
+// the report has the table. No memory figure is asserted.
+func TestSessionsSmoke(t *testing.T) {
+	t.Setenv(slowChildEnv, "1")
+	rep, err := RunSessions(t.Context(), SessionsOptions{Toolgate: os.Args[0], N: 40, Mode: "per_client", Settle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Opened != 40 || rep.BaselineRSS <= 0 || rep.IdleRSS <= 0 || rep.PeakRSS < rep.IdleRSS || rep.Protocol == "" {
+		t.Fatalf("report %+v: want 40 sessions opened and RSS samples", rep)
+	}
+	var b strings.Builder
+	rep.Markdown(&b)
+	if !strings.Contains(b.String(), "| 40 | ") || !strings.Contains(b.String(), "idle RSS with 40 sessions: ") {
+		t.Errorf("report:\n%s", b.String())
+	}
+	for _, args := range [][]string{{"sessions", "--n", "0"}, {"sessions", "--sessions", "pooled"}, {"sessions", "x"}} {
+		var out, errb strings.Builder
+		if code := Main(t.Context(), args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
