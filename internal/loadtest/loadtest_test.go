@@ -164,7 +164,7 @@ func TestSmokeTwoReplicasPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Concurrency: []int{4},
-		Stores: []string{"postgres"}, Replicas: []int{2}, Postgres: dsn, Redis: rd, NoDirect: true, Dir: t.TempDir()})
+		Stores: []string{"postgres"}, Replicas: []int{2}, Postgres: dsn, Redis: rd, NoDirect: true, NoProxy: true, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("Run (PostgreSQL at %s and Redis at %s are required): %v", dsn, rd, err)
 	}

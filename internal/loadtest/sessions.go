@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/internal/auth"
 )
 
 const sessionsUsage = `toolgate-load sessions: the resident memory of toolgate serve holding idle MCP sessions
@@ -68,7 +70,11 @@ func RunSessions(ctx context.Context, o SessionsOptions) (*SessionsReport, error
 		return nil, fmt.Errorf("starting the echo server: %w", err)
 	}
 	defer echo.close()
-	g, err := startGateway(ctx, o.Toolgate, dir, echo.url, o.Mode)
+	key, err := auth.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	g, err := startGateway(ctx, o.Toolgate, dir, echo.url, o.Mode, key, backend{})
 	if err != nil {
 		return nil, fmt.Errorf("starting toolgate: %w", err)
 	}
