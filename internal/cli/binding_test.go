@@ -49,3 +49,17 @@ func TestApprovalBindingKeyShared(t *testing.T) {
 		t.Error("an undeclared credential is accepted")
 	}
 }
+
+// redactDSN masks a password given in the userinfo or, as libpq also
+// accepts, in the query string.
+func TestRedactDSN(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://u:HUNTER2PW@h:5432/db":                     "postgres://u:xxxxx@h:5432/db",
+		"postgres://u@h/db?password=HUNTER2PW&sslmode=disable": "postgres://u@h/db?password=xxxxx&sslmode=disable",
+		"host=h password=HUNTER2PW":                            "postgres",
+	} {
+		if got := redactDSN(dsn); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+}

@@ -106,8 +106,14 @@ func openServeStore(ctx context.Context, cfg *config.Config, signer *receipt.Sig
 // password replaced, anything else as "postgres" (a key=value DSN may hold
 // a password anywhere).
 func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		return u.Redacted()
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "postgres"
 	}
-	return "postgres"
+	// libpq also takes the password as a query parameter.
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

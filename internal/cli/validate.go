@@ -157,8 +157,11 @@ func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
 		cancel()
 		if err != nil {
 			why := fmt.Sprintf("PostgreSQL cannot be reached or refused the connection: %v", err)
-			if errcode.CodeOf(err) == errcode.Timeout || errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errcode.CodeOf(err) == errcode.Timeout || errors.Is(err, context.DeadlineExceeded):
 				why = fmt.Sprintf("PostgreSQL did not answer within %s", backendConnectTimeout)
+			case errcode.CodeOf(err) == errcode.InvalidConfig:
+				why = errcode.As(err).Message
 			}
 			is = append(is, policy.Issue{Pos: cfg.PosOf("store", "dsn"),
 				Message: fmt.Sprintf("store %s: %s", redactDSN(cfg.Store.DSN), why)})

@@ -784,7 +784,7 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		// as settings, whose refusal quotes them, password included. The
 		// message never quotes the DSN.
 		if u, err := url.Parse(c.Store.DSN); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-			add(at("store", "dsn"), "store.dsn: want a URL postgres://user[:password]@host[:port]/database[?param=value…] (a keyword/value DSN is not accepted)")
+			add(at("store", "dsn"), "store.dsn: want a URL postgres://user[:password]@host[:port]/database[?param=value…] (scheme postgres or postgresql, with a host; a keyword/value DSN is not accepted)")
 		}
 	}
 	if !oneOf(c.Store.Synchronous, "normal", "full") {

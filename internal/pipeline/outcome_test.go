@@ -167,8 +167,8 @@ func TestOutcomeUnrecordedAfterRun(t *testing.T) {
 	if ran.Load() != 1 {
 		t.Fatalf("the tool ran %d times, want 1", ran.Load())
 	}
-	if res.Err == nil || res.Err.Code != "audit_unavailable" || res.Err.Details["ran"] != "yes" || res.Output != nil {
-		t.Fatalf("result %+v err %+v: want audit_unavailable with details.ran yes and no output", res, res.Err)
+	if res.Err == nil || res.Err.Code != "audit_unavailable" || res.Err.Details["ran"] != "yes" || res.Output != nil || res.ReceiptID != "" {
+		t.Fatalf("result %+v err %+v: want audit_unavailable with details.ran yes, no output and no receiptId (none was stored)", res, res.Err)
 	}
 	for _, leak := range []string{"postgres", "127.0.0.1", "dial tcp"} {
 		if strings.Contains(res.Err.Message, leak) {

@@ -1256,6 +1256,7 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
 	res := cs.res
 	res.Status, res.Output = audit.StatusError, nil
+	res.ReceiptID = "" // its receipt was not stored: name none
 	p.opts.Logger.Error("audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,
 		"ran", res.Ran, "err", cs.red.RedactString(err.Error()))
 	if res.Ran {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
 	"github.com/toolgate/toolgate/store/postgres"
 )
 
@@ -213,6 +214,10 @@ func TestChainLockLostFencesWrites(t *testing.T) {
 		if errcode.CodeOf(err) != errcode.AuditUnavailable || !strings.Contains(err.Error(), "chain lock") {
 			t.Fatalf("append %d by the Store that lost its chain lock: %v, want audit_unavailable naming the chain lock", i, err)
 		}
+	}
+	// Nor does it resolve approvals (whose events it could not record).
+	if _, err := a.ResolveApproval(ctx, "acme", "apr_none", store.Resolution{Status: store.ApprovalApproved, By: "bob", At: time.Now()}); errcode.CodeOf(err) != errcode.AuditUnavailable {
+		t.Fatalf("resolving an approval through the Store that lost its chain lock: %v, want audit_unavailable", err)
 	}
 	if err := b.AppendReceipt(ctx, okReceipt("b2")); err != nil {
 		t.Fatal(err)

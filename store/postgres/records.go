@@ -12,9 +12,15 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
-// writable checks ctx and that the store is open, for the writes that do
-// not go through the writer (approvals, sessions).
-func (s *Store) writable(ctx context.Context, op string) error { return s.readable(ctx, op) }
+// writable checks ctx, that the store is open and that it holds its chain
+// lock (a Store that lost it writes nothing: chainGuard), for the writes
+// that do not go through the writer (approvals, sessions).
+func (s *Store) writable(ctx context.Context, op string) error {
+	if err := s.readable(ctx, op); err != nil {
+		return err
+	}
+	return s.guard.lostErr()
+}
 
 // isUnique reports whether err is a unique violation.
 func isUnique(err error) bool {
