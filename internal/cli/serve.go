@@ -291,7 +291,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	apiOpts := httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target}
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st}
 	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)

@@ -775,7 +775,7 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	if c.Observability.MetricsListen != "" {
 		if _, _, err := splitHostPort(c.Observability.MetricsListen); err != nil {
 			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: %v", c.Observability.MetricsListen, err)
-		} else if c.Observability.MetricsListen == c.Listen {
+		} else if c.Observability.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: the same address as listen (leave it out to serve /metrics there)", c.Observability.MetricsListen)
 		}
 	}
