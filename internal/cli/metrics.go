@@ -3,11 +3,11 @@ package cli
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolgate/toolgate/hook/webhook"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/hook/webhook"
 )
 
 // registerServeMetrics adds to m the counts serve's parts keep themselves,
