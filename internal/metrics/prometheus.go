@@ -3,6 +3,7 @@ package metrics
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,19 @@ type Prometheus struct {
 	decisions   *prometheus.CounterVec
 	decisionDur prometheus.Histogram
 	upstreamDur *prometheus.HistogramVec
+
+	// Series already resolved, by their raw label values (only values
+	// within the caps are cached, so the caches stay bounded): a call
+	// then costs one map lookup instead of a label hash per metric.
+	callSeries     sync.Map // callKey → *callSeries
+	decisionSeries sync.Map // [2]string{effect, ruleID} → prometheus.Counter
+}
+
+type callKey struct{ tool, transport, status string }
+
+type callSeries struct {
+	n prometheus.Counter
+	d prometheus.Observer
 }
 
 // NewPrometheus returns a Prometheus recorder with a fresh registry.
@@ -70,14 +84,32 @@ func NewPrometheus() *Prometheus {
 
 // ToolCall implements Recorder.
 func (p *Prometheus) ToolCall(toolID, transport, status string, d time.Duration) {
-	toolID = p.tools.value(toolID)
-	p.calls.WithLabelValues(toolID, transport, status).Inc()
-	p.callDur.WithLabelValues(toolID, status).Observe(d.Seconds())
+	k := callKey{toolID, transport, status}
+	v, ok := p.callSeries.Load(k)
+	if !ok {
+		id := p.tools.value(toolID)
+		v = &callSeries{p.calls.WithLabelValues(id, transport, status), p.callDur.WithLabelValues(id, status)}
+		if id == toolID {
+			p.callSeries.Store(k, v)
+		}
+	}
+	s := v.(*callSeries)
+	s.n.Inc()
+	s.d.Observe(d.Seconds())
 }
 
 // PolicyDecision implements Recorder.
 func (p *Prometheus) PolicyDecision(effect, ruleID string, d time.Duration) {
-	p.decisions.WithLabelValues(effect, p.rules.value(ruleID)).Inc()
+	k := [2]string{effect, ruleID}
+	v, ok := p.decisionSeries.Load(k)
+	if !ok {
+		id := p.rules.value(ruleID)
+		v = p.decisions.WithLabelValues(effect, id)
+		if id == ruleID {
+			p.decisionSeries.Store(k, v)
+		}
+	}
+	v.(prometheus.Counter).Inc()
 	p.decisionDur.Observe(d.Seconds())
 }
 
