@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/hook/webhook"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/mcpgw"
@@ -13,10 +14,20 @@ import (
 // registerServeMetrics adds to m the counts serve's parts keep themselves,
 // read at each scrape: the policy dry run's would-deny count, each
 // webhook's dropped requests, the gateway's sessions and upstreams, the
-// authentication refusals and the listener's unauthenticated connections.
+// authentication refusals, the listener's unauthenticated connections and
+// the approvals waited for and resolved.
 func registerServeMetrics(m *metrics.Prometheus, pipe *pipeline.Pipeline, webhooks []*webhook.Hook, gw *mcpgw.Gateway,
-	refusals *auth.Refusals, ed *edge) {
+	refusals *auth.Refusals, ed *edge, approvals *approval.Manager) {
 	m.Register(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolgate_approvals_pending",
+			Help: "Calls of this gateway waiting now for a pending approval to be resolved."},
+			func() float64 { return float64(approvals.Waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolgate_approvals_resolved_total",
+			Help: "Approvals resolved through this gateway, by outcome.", ConstLabels: prometheus.Labels{"outcome": "approved"}},
+			func() float64 { a, _ := approvals.Resolved(); return float64(a) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolgate_approvals_resolved_total",
+			Help: "Approvals resolved through this gateway, by outcome.", ConstLabels: prometheus.Labels{"outcome": "denied"}},
+			func() float64 { _, d := approvals.Resolved(); return float64(d) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolgate_policy_would_deny_total",
 			Help: "Calls a policy dry run (observe mode) would have denied."},
 			func() float64 { return float64(pipe.WouldDenied()) }),

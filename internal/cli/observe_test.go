@@ -231,6 +231,8 @@ func TestServeMetricsAfterScriptedCalls(t *testing.T) {
 		{"toolgate_auth_refused_total", map[string]string{"reason": "unknown_api_key"}, 1},
 		{"toolgate_mcp_sessions", nil, 0},
 		{"toolgate_policy_would_deny_total", nil, 0},
+		{"toolgate_approvals_pending", nil, 0},
+		{"toolgate_approvals_resolved_total", map[string]string{"outcome": "approved"}, 0},
 	} {
 		got, ok := metricValue(fams[w.name], w.labels)
 		if !ok || got != w.want {
