@@ -34,6 +34,13 @@ type Recorder interface {
 	// UpstreamCall records one call forwarded to the upstream MCP server
 	// named server (the config's servers[].name), d its duration.
 	UpstreamCall(server string, d time.Duration)
+	// StoreCommit records how long a call's outcome (its closing events
+	// and receipt) took to become durable in the store, as the caller
+	// waits for it (group commit included).
+	StoreCommit(d time.Duration)
+	// StoreUnavailable records a call answered audit_unavailable because
+	// the store could not record it.
+	StoreUnavailable()
 }
 
 // Nop is the Recorder that records nothing (the default of every option
@@ -45,6 +52,8 @@ type nop struct{}
 func (nop) ToolCall(string, string, string, time.Duration) {}
 func (nop) PolicyDecision(string, string, time.Duration)   {}
 func (nop) UpstreamCall(string, time.Duration)             {}
+func (nop) StoreCommit(time.Duration)                      {}
+func (nop) StoreUnavailable()                              {}
 
 // OrNop returns r, or Nop when r is nil.
 func OrNop(r Recorder) Recorder {

@@ -29,6 +29,8 @@ const (
 //   - toolgate_policy_decisions_total{effect, rule_id} (counter)
 //   - toolgate_policy_decision_duration_seconds (histogram)
 //   - toolgate_upstream_call_duration_seconds{server} (histogram)
+//   - toolgate_store_commit_duration_seconds (histogram)
+//   - toolgate_store_unavailable_total (counter)
 //
 // tool_id and rule_id are capped at MaxToolIDs and MaxRuleIDs distinct
 // values, server at MaxServers (overflow: "other"). Safe for concurrent
@@ -43,6 +45,8 @@ type Prometheus struct {
 	decisions   *prometheus.CounterVec
 	decisionDur prometheus.Histogram
 	upstreamDur *prometheus.HistogramVec
+	commitDur   prometheus.Histogram
+	unavailable prometheus.Counter
 
 	// Series already resolved, by their raw label values (only values
 	// within the caps are cached, so the caches stay bounded): a call
@@ -77,7 +81,12 @@ func NewPrometheus() *Prometheus {
 	p.upstreamDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "toolgate_upstream_call_duration_seconds",
 		Help:    "Duration of a tool call forwarded to an upstream MCP server, by server.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"server"})
-	p.reg.MustRegister(p.calls, p.callDur, p.decisions, p.decisionDur, p.upstreamDur,
+	p.commitDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "toolgate_store_commit_duration_seconds",
+		Help:    "Time a call's outcome (closing events and receipt) took to become durable in the store, group commit included.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10)})
+	p.unavailable = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolgate_store_unavailable_total",
+		Help: "Calls answered audit_unavailable because the store could not record them."})
+	p.reg.MustRegister(p.calls, p.callDur, p.decisions, p.decisionDur, p.upstreamDur, p.commitDur, p.unavailable,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return p
 }
@@ -117,6 +126,12 @@ func (p *Prometheus) PolicyDecision(effect, ruleID string, d time.Duration) {
 func (p *Prometheus) UpstreamCall(server string, d time.Duration) {
 	p.upstreamDur.WithLabelValues(p.servers.value(server)).Observe(d.Seconds())
 }
+
+// StoreCommit implements Recorder.
+func (p *Prometheus) StoreCommit(d time.Duration) { p.commitDur.Observe(d.Seconds()) }
+
+// StoreUnavailable implements Recorder.
+func (p *Prometheus) StoreUnavailable() { p.unavailable.Inc() }
 
 // Register adds collectors to the registry (for example CounterFunc and
 // GaugeFunc values read at scrape time). It panics, as

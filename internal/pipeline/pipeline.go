@@ -1114,6 +1114,19 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 // and its receipt: in one atomic write through p.outcomes when there is
 // one, else the events and then the receipt.
 func (p *Pipeline) recordOutcome(ctx context.Context, cs *callState, n int) error {
+	if p.m == nil {
+		return p.writeOutcome(ctx, cs, n)
+	}
+	start := time.Now()
+	err := p.writeOutcome(ctx, cs, n)
+	if err == nil {
+		p.m.StoreCommit(time.Since(start))
+	}
+	return err
+}
+
+// writeOutcome is recordOutcome without the metrics.
+func (p *Pipeline) writeOutcome(ctx context.Context, cs *callState, n int) error {
 	if p.outcomes == nil {
 		if err := p.appendEvents(ctx, cs.f, n); err != nil {
 			return err
@@ -1279,6 +1292,9 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 // the refusal as "nothing happened".
 func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
 	res := cs.res
+	if p.m != nil {
+		p.m.StoreUnavailable()
+	}
 	res.Status, res.Output = audit.StatusError, nil
 	p.opts.Logger.Error("audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,
 		"ran", res.Ran, "err", cs.red.RedactString(err.Error()))
