@@ -52,7 +52,9 @@ func (h *Handler) auditReader(p policy.Principal) error {
 // writes them (Content-Type application/jsonl), so that `toolgate receipts
 // verify` accepts the body as is.
 //
-// A chain is cut into batches, each ending at a signed checkpoint (every
+// A pruned chain's page from before its first stored receipt starts at
+// that receipt, opened by the prune's anchor checkpoint. A chain is cut
+// into batches, each ending at a signed checkpoint (every
 // batch that links receipts stores one); a page holds whole batches only,
 // and only batches every receipt of which is the caller's tenant's: a
 // batch with another tenant's receipt is skipped (it ends the page when
@@ -99,6 +101,13 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p policy.
 	var anchor *receipt.Checkpoint
 	start, scanned := from, 0
 	more := false
+	// After a prune the chain's stored receipts start later, behind their
+	// anchor checkpoint: begin at the first stored one.
+	if first, err := rs.ReceiptsByChain(ctx, chain, from, 1); err != nil {
+		return err
+	} else if len(first) == 1 && first[0].Seq > from {
+		start = first[0].Seq
+	}
 	for {
 		next, err := rs.Checkpoints(ctx, chain, start, 1)
 		if err != nil {
