@@ -9,13 +9,21 @@ import (
 
 	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/internal/metrics"
 )
 
 // BenchmarkCall measures a full in-memory Call of a no-op native tool:
 // resolve, decide (a policy with CEL conditions), rate limit, argsHash,
 // agent.toolCalled + agent.toolReturned appended, receipt hashed and chained.
 // Target: ≤ 15 µs/op (issue 2, acceptance 7).
-func BenchmarkCall(b *testing.B) {
+func BenchmarkCall(b *testing.B) { benchCall(b, nil) }
+
+// BenchmarkCallMetrics is BenchmarkCall with the Prometheus recorder
+// `toolgate serve` uses (issue 16, acceptance 5: within 5 % of
+// BenchmarkCall in the same run).
+func BenchmarkCallMetrics(b *testing.B) { benchCall(b, metrics.NewPrometheus()) }
+
+func benchCall(b *testing.B, m metrics.Recorder) {
 	var rules strings.Builder
 	rules.WriteString("rules:\n")
 	for i := 0; i < 20; i++ {
@@ -25,7 +33,7 @@ func BenchmarkCall(b *testing.B) {
 	rules.WriteString("  - {id: tenant, effect: allow, tools: [\"native:noop.*\"], when: 'principal.tenant == \"acme\"'}\n")
 	rules.WriteString("ratelimits:\n  - {tools: [\"*\"], per: principal_tool, rate: 1000000000/s, burst: 1000000000}\n")
 	prog := mustPolicy(b, rules.String())
-	gw, err := toolgate.New(toolgate.Options{Policy: prog})
+	gw, err := toolgate.New(toolgate.Options{Policy: prog, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}

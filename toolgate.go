@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
@@ -59,6 +60,10 @@ type Options struct {
 	// Approver makes require_approval calls wait for a person
 	// (approval.Manager); nil answers them approval_required at once.
 	Approver pipeline.Approver
+	// Metrics receives each call's outcome and duration and each policy
+	// decision (see internal/metrics; `toolgate serve` passes its
+	// Prometheus registry); nil measures nothing.
+	Metrics metrics.Recorder
 }
 
 // Gateway is the embeddable gate. All methods are safe for concurrent use.
@@ -101,7 +106,7 @@ func New(opts Options) (*Gateway, error) {
 	p, err := pipeline.New(pipeline.Options{
 		Limiter: opts.Limiter, Redactor: opts.Redactor, Events: opts.Events, Receipts: opts.Receipts,
 		Hooks: opts.Hooks, Now: opts.Now, Logger: opts.Logger, AuditContent: opts.AuditContent, ToolTimeout: opts.ToolTimeout,
-		Approver: opts.Approver,
+		Approver: opts.Approver, Metrics: opts.Metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/audit"
@@ -151,7 +152,28 @@ type Manager struct {
 	opts Options
 	mu   sync.Mutex
 	wake map[string][]chan struct{} // approval id → waiters
+
+	approved, denied atomic.Int64 // Resolve's resolutions since New
 }
+
+// Waiting is the number of calls of this Manager waiting now for a
+// pending approval to be resolved (the metric toolgate_approvals_pending;
+// approvals pending in the store with no call waiting are not counted).
+// Safe for concurrent use.
+func (m *Manager) Waiting() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, ws := range m.wake {
+		n += len(ws)
+	}
+	return n
+}
+
+// Resolved is the number of approvals Resolve approved and denied since
+// New (the metric toolgate_approvals_resolved_total{outcome}). Safe for
+// concurrent use.
+func (m *Manager) Resolved() (approved, denied int64) { return m.approved.Load(), m.denied.Load() }
 
 // New returns a Manager. Errors: InvalidConfig without a Store or with a
 // negative duration.
@@ -430,6 +452,11 @@ func (m *Manager) Resolve(ctx context.Context, approver policy.Principal, id str
 	res, err := m.opts.Store.ResolveApproval(ctx, approver.Tenant, id, store.Resolution{Status: status, By: approver.ID, Reason: reason, At: m.opts.Now()})
 	if err != nil {
 		return nil, err
+	}
+	if approve {
+		m.approved.Add(1)
+	} else {
+		m.denied.Add(1)
 	}
 	m.event(context.WithoutCancel(ctx), "approval:"+id, approver.Tenant, res.Principal, TypeResolved, map[string]any{
 		"approvalId": id, "toolId": res.ToolID, "status": string(res.Status), "resolvedBy": approver.ID, "reason": reason,

@@ -152,12 +152,28 @@ func TestWaitingCallResumesOnApproval(t *testing.T) {
 	if _, err := r.mgr.Resolve(context.Background(), alice, id, true, ""); errcode.CodeOf(err) != errcode.Forbidden {
 		t.Fatalf("alice (no approver scope, the requester) approved her own call: %v", err)
 	}
+	waitFor(t, "the call waits (Waiting 1)", func() bool { return r.mgr.Waiting() == 1 })
 	if _, err := r.mgr.Resolve(context.Background(), bob, id, true, "looks fine"); err != nil {
 		t.Fatal(err)
 	}
 	res := <-done
 	if res.Status != audit.StatusOK || res.ApprovalID != id || r.ran.Load() != 2 {
 		t.Fatalf("approved call: %+v (ran %d)", res, r.ran.Load())
+	}
+	if a, d := r.mgr.Resolved(); a != 1 || d != 0 || r.mgr.Waiting() != 0 {
+		t.Errorf("after approval: Resolved %d approved, %d denied; Waiting %d", a, d, r.mgr.Waiting())
+	}
+}
+
+// waitFor polls cond every 5 ms until it holds, failing t after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling cond
 	}
 }
 
@@ -219,6 +235,9 @@ func TestDenied(t *testing.T) {
 	}
 	if res := <-done; code(res) != errcode.ApprovalDenied || r.ran.Load() != 0 {
 		t.Fatalf("denied call: %+v", res.Err)
+	}
+	if a, d := r.mgr.Resolved(); a != 0 || d != 1 {
+		t.Errorf("after denial: Resolved %d approved, %d denied", a, d)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/metrics"
 )
 
 // rotatingIssuer is a JWKS endpoint on 127.0.0.1 whose key set can change
@@ -183,12 +184,14 @@ func TestRefusalsCountedAndLogged(t *testing.T) {
 	if got := refusals.Count(auth.ReasonUnknownAPIKey); got != 51 {
 		t.Errorf("Count(unknown_api_key) = %d, want 51", got)
 	}
-	var m strings.Builder
-	refusals.WriteMetrics(&m)
-	if !strings.Contains(m.String(), `toolgate_auth_refused_total{reason="unknown_api_key"} 51`) ||
-		!strings.Contains(m.String(), `toolgate_auth_refused_total{reason="expired"} 1`) ||
-		!strings.Contains(m.String(), "# TYPE toolgate_auth_refused_total counter") {
-		t.Errorf("metrics:\n%s", m.String())
+	m, err := metrics.Text(refusals.Collector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m, `toolgate_auth_refused_total{reason="unknown_api_key"} 51`) ||
+		!strings.Contains(m, `toolgate_auth_refused_total{reason="expired"} 1`) ||
+		!strings.Contains(m, "# TYPE toolgate_auth_refused_total counter") {
+		t.Errorf("metrics:\n%s", m)
 	}
 }
 

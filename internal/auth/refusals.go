@@ -3,14 +3,14 @@ package auth
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Reason is why a request was refused authentication: the label value of
@@ -95,12 +95,20 @@ func (f *Refusals) Count(reason Reason) int64 {
 	return f.counts[i].Load()
 }
 
-// WriteMetrics writes the counter in the Prometheus text format:
-// toolgate_auth_refused_total{reason="…"} for every Reason.
-func (f *Refusals) WriteMetrics(w io.Writer) {
-	fmt.Fprintf(w, "# HELP toolgate_auth_refused_total Requests refused authentication, by reason.\n# TYPE toolgate_auth_refused_total counter\n")
+var descRefused = prometheus.NewDesc("toolgate_auth_refused_total", "Requests refused authentication, by reason.", []string{"reason"}, nil)
+
+// Collector returns a Prometheus collector of the counter
+// toolgate_auth_refused_total{reason} (every Reason, read at each scrape).
+// Safe for concurrent use.
+func (f *Refusals) Collector() prometheus.Collector { return refusalCollector{f} }
+
+type refusalCollector struct{ f *Refusals }
+
+func (c refusalCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descRefused }
+
+func (c refusalCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range Reasons {
-		fmt.Fprintf(w, "toolgate_auth_refused_total{reason=%q} %d\n", r, f.Count(r))
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.f.Count(r)), string(r))
 	}
 }
 

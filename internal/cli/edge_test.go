@@ -319,7 +319,7 @@ func TestServeSlowBodies(t *testing.T) {
 	}
 	// Once they are gone, new connections are served again.
 	for {
-		m := metrics(t, c)
+		m := scrape(t, c)
 		if strings.Contains(m, "toolgate_http_unauthenticated_conns_refused_total ") && !strings.Contains(m, "toolgate_http_unauthenticated_conns_refused_total 0\n") {
 			break
 		}
@@ -329,14 +329,14 @@ func TestServeSlowBodies(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling until the closed connections are uncounted
 	}
 	// The two requests without credentials were counted (issue 12 point 9).
-	if m := metrics(t, c); !strings.Contains(m, `toolgate_auth_refused_total{reason="no_credentials"} 2`+"\n") {
+	if m := scrape(t, c); !strings.Contains(m, `toolgate_auth_refused_total{reason="no_credentials"} 2`+"\n") {
 		t.Errorf("refusals in /metrics:\n%s", m)
 	}
 }
 
-// metrics GETs /metrics on a new connection ("" if it fails: the cap is
+// scrape GETs /metrics on a new connection ("" if it fails: the cap is
 // full).
-func metrics(t *testing.T, c *serveChild) string {
+func scrape(t *testing.T, c *serveChild) string {
 	t.Helper()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()

@@ -33,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/console"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/mcpgw"
+	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/policy"
@@ -165,6 +166,14 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			ln.Close()
 		}
 	}()
+	var metricsLn net.Listener // observability.metrics_listen; nil: /metrics is on ln
+	if cfg.Observability.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Observability.MetricsListen); err != nil {
+			return failure("observability.metrics_listen %s: %v", cfg.Observability.MetricsListen, err)
+		}
+		defer metricsLn.Close()
+	}
+	prom := metrics.NewPrometheus()
 	if quick {
 		if err := os.MkdirAll(filesDir, 0o755); err != nil {
 			return failure("files dir: %v", err)
@@ -222,7 +231,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	pipe, err := pipeline.New(pipeline.Options{
 		Limiter: limiter, Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
-		Approver: approvals, Hooks: hooks,
+		Approver: approvals, Hooks: hooks, Metrics: prom,
 	})
 	if err != nil {
 		return failure("%v", err)
@@ -282,7 +291,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	apiOpts := httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target}
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st}
 	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)
@@ -310,18 +319,17 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	mux.Handle("GET "+auth.MetadataPath, wellKnown)
 	mux.Handle("GET "+auth.MetadataPath+"/{path...}", wellKnown)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		fmt.Fprintf(w, "# HELP toolgate_policy_would_deny_total Calls a policy dry run (observe mode) would have denied.\n# TYPE toolgate_policy_would_deny_total counter\ntoolgate_policy_would_deny_total %d\n", pipe.WouldDenied())
-		fmt.Fprintf(w, "# HELP toolgate_hook_dropped_total Observe webhook requests dropped on a full queue.\n# TYPE toolgate_hook_dropped_total counter\n")
-		for _, h := range webhooks {
-			fmt.Fprintf(w, "toolgate_hook_dropped_total{hook=%q} %d\n", h.Name(), h.Dropped())
-		}
-		gw.WriteMetrics(w)
-		refusals.WriteMetrics(w)
-		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns Open connections that have not yet authenticated (capped by http.max_unauthenticated_conns).\n# TYPE toolgate_http_unauthenticated_conns gauge\ntoolgate_http_unauthenticated_conns %d\n", ed.unauth.Load())
-		fmt.Fprintf(w, "# HELP toolgate_http_unauthenticated_conns_refused_total New connections closed at once because http.max_unauthenticated_conns was reached.\n# TYPE toolgate_http_unauthenticated_conns_refused_total counter\ntoolgate_http_unauthenticated_conns_refused_total %d\n", ed.refused.Load())
-	})
+	registerServeMetrics(prom, pipe, webhooks, gw, refusals, ed, approvals)
+	if metricsLn == nil {
+		mux.Handle("GET /metrics", prom.Handler())
+	} else {
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", prom.Handler())
+		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second}
+		go msrv.Serve(metricsLn)
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "toolgate: metrics at http://%s/metrics\n", metricsLn.Addr())
+	}
 	// /readyz also probes the shared backends (PostgreSQL, Redis): while one
 	// does not answer, calls are refused (audit_unavailable,
 	// ratelimit_unavailable), so the replica is not ready. With redis

@@ -46,6 +46,8 @@ type Config struct {
 	Approvals   Approvals             `yaml:"approvals"`
 	Hooks       []Hook                `yaml:"hooks"`
 	Log         Log                   `yaml:"log"`
+	// Observability configures /metrics (issue 16).
+	Observability Observability `yaml:"observability"`
 
 	// Derived by Load.
 	File   string          `yaml:"-"`
@@ -309,6 +311,14 @@ type Approvals struct {
 	// retry on another. Empty: derived from the replica's signing key,
 	// which suits one replica.
 	BindingSecret string `yaml:"binding_secret"`
+}
+
+// Observability configures what operators scrape.
+type Observability struct {
+	// MetricsListen, when set, is a host:port of its own where /metrics
+	// is served (and then not on Listen), so that it can stay off the
+	// public listener. "" (default) serves /metrics on Listen.
+	MetricsListen string `yaml:"metrics_listen"`
 }
 
 // Log configures the gateway's operator log (stderr). Every line, in
@@ -761,6 +771,13 @@ func ParseDuration(s string) (time.Duration, error) {
 func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, string, ...any)) {
 	if _, _, err := splitHostPort(c.Listen); err != nil {
 		add(at("listen"), "listen %q: %v", c.Listen, err)
+	}
+	if c.Observability.MetricsListen != "" {
+		if _, _, err := splitHostPort(c.Observability.MetricsListen); err != nil {
+			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: %v", c.Observability.MetricsListen, err)
+		} else if c.Observability.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: the same address as listen (leave it out to serve /metrics there)", c.Observability.MetricsListen)
+		}
 	}
 	if !oneOf(c.Naming.Prefix, "auto", "always", "never") {
 		add(at("naming", "prefix"), "naming.prefix %q: want auto, always or never", c.Naming.Prefix)

@@ -26,6 +26,8 @@
 //	GET  /v1/approvals[?status=]                 the approval inbox, with each argument summary
 //	POST /v1/approvals/{id}/approve|deny         resolve an approval (approvers only)
 //	POST /v1/policy/explain                      {principal?, toolId, args?} → decision, rule, layer, reason
+//	GET  /v1/receipts[?chain=&from=&limit=]      a page of a receipt chain as `receipts export` JSON Lines (audit scope)
+//	GET  /v1/receipts/{receiptId}                one receipt, canonical JSON; 404 alike for unknown and another tenant's (audit scope)
 //	POST /v1/host/sample/toolhooks/invoke        seam (Options.TestSeams only)
 //	POST /v1/host/sample/tools/session-run       seam
 //	GET  /v1/host/sample/test/runs/{runId}/events seam
@@ -39,7 +41,11 @@
 //
 // Every /v1 endpoint needs credentials (API key as Bearer or X-API-Key, or
 // a JWT); none needs a particular scope except explaining for another
-// principal (AdminScope).
+// principal (AdminScope) and the receipts (Options.AuditScope). A receipts
+// page holds only whole checkpointed batches of the caller's tenant's
+// receipts (a batch with another tenant's receipt is skipped), so that
+// `toolgate receipts verify PAGE --pubkey K [--from SEQ]` verifies it;
+// the next page's ?from= is in its Toolgate-Receipts-Next header.
 //
 // # Errors
 //

@@ -108,6 +108,10 @@ type Options struct {
 	// event-log seam); without it a caller reads only its own events (see
 	// eventFilter). Default DefaultAuditScope.
 	AuditScope string
+	// ReceiptStore, when set, serves GET /v1/receipts and GET
+	// /v1/receipts/{receiptId} (to callers with AuditScope); nil leaves
+	// those routes out. Every store.Store implements it.
+	ReceiptStore ReceiptStore
 }
 
 // Approvals is the approval inbox the HTTP surface serves;
@@ -194,6 +198,10 @@ func (h *Handler) routes() {
 		m.Handle("GET /v1/approvals", h.authed(h.listApprovals))
 		m.Handle("POST /v1/approvals/{id}/approve", h.authed(h.resolveApproval(true)))
 		m.Handle("POST /v1/approvals/{id}/deny", h.authed(h.resolveApproval(false)))
+	}
+	if h.opts.ReceiptStore != nil {
+		m.Handle("GET /v1/receipts", h.authed(h.listReceipts))
+		m.Handle("GET /v1/receipts/{receiptId}", h.authed(h.getReceipt))
 	}
 	if h.opts.TestSeams {
 		m.Handle("POST /v1/host/sample/toolhooks/invoke", h.authed(h.seamInvoke))

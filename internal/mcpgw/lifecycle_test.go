@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/metrics"
 )
 
 // Issue 12 §3-5: the life of upstream stdio processes (environment,
@@ -245,9 +246,11 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 // metricsText is the gateway's /metrics part.
 func metricsText(g *Gateway) string {
-	var b strings.Builder
-	g.WriteMetrics(&b)
-	return b.String()
+	s, err := metrics.Text(g.Collector())
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // tooManySessions checks a refused initialize: HTTP status, JSON-RPC error

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
@@ -232,14 +232,27 @@ type Stats struct {
 	// IdleStops counts per-client upstream sessions stopped by
 	// servers[].idle_timeout since start.
 	IdleStops int64
+	// Up says, by server name, whether the gateway's shared session to
+	// that upstream server is connected now (every configured server has
+	// an entry); Restarts counts its reconnects since start (sessions
+	// established after the first, including restarts after an idle
+	// stop).
+	Up       map[string]bool
+	Restarts map[string]int64
 }
 
 // Stats returns the gateway's current counts. Safe for concurrent use.
 func (g *Gateway) Stats() Stats {
 	st := Stats{Sessions: g.limits.open(), MaxSessions: g.limits.max, MaxSessionsPerPrincipal: g.limits.perPrincipal,
 		Processes: map[string]int{}, RefusedTotal: g.limits.refusedTotal.Load(), RefusedPrincipal: g.limits.refusedPrincipal.Load(),
-		IdleStops: g.idleStops.Load()}
+		IdleStops: g.idleStops.Load(), Up: map[string]bool{}, Restarts: map[string]int64{}}
 	for name, u := range g.ups {
+		if u.shared != nil {
+			st.Up[name] = u.shared.live() != nil
+			st.Restarts[name] = max(u.shared.connects.Load()-1, 0)
+		} else {
+			st.Up[name], st.Restarts[name] = false, 0
+		}
 		if len(u.cfg.Command) == 0 {
 			continue
 		}
@@ -273,25 +286,49 @@ func (g *Gateway) WriteReadiness(w io.Writer) {
 	fmt.Fprintf(w, "sessions %d/%d\nupstream_processes %d\n", st.Sessions, st.MaxSessions, n)
 }
 
-// WriteMetrics writes the gateway's metrics in the Prometheus text
-// exposition format (version 0.0.4): open sessions and their cap, refused
-// initialize requests by limit, running upstream processes by server and
-// idle stops.
-func (g *Gateway) WriteMetrics(w io.Writer) {
-	st := g.Stats()
-	fmt.Fprintf(w, "# HELP toolgate_mcp_sessions Open MCP sessions.\n# TYPE toolgate_mcp_sessions gauge\ntoolgate_mcp_sessions %d\n", st.Sessions)
-	fmt.Fprintf(w, "# HELP toolgate_mcp_sessions_max The open MCP sessions cap (mcp.max_sessions).\n# TYPE toolgate_mcp_sessions_max gauge\ntoolgate_mcp_sessions_max %d\n", st.MaxSessions)
-	fmt.Fprintf(w, "# HELP toolgate_mcp_sessions_refused_total initialize requests refused by a session cap.\n# TYPE toolgate_mcp_sessions_refused_total counter\n")
-	fmt.Fprintf(w, "toolgate_mcp_sessions_refused_total{limit=\"mcp.max_sessions\"} %d\n", st.RefusedTotal)
-	fmt.Fprintf(w, "toolgate_mcp_sessions_refused_total{limit=\"mcp.max_sessions_per_principal\"} %d\n", st.RefusedPrincipal)
-	fmt.Fprintf(w, "# HELP toolgate_upstream_processes Running upstream stdio server processes.\n# TYPE toolgate_upstream_processes gauge\n")
-	names := make([]string, 0, len(st.Processes))
-	for name := range st.Processes {
-		names = append(names, name)
+// gatewayDescs are the metrics of Gateway.Collector.
+var (
+	descSessions         = prometheus.NewDesc("toolgate_mcp_sessions", "Open MCP sessions.", nil, nil)
+	descSessionsMax      = prometheus.NewDesc("toolgate_mcp_sessions_max", "The open MCP sessions cap (mcp.max_sessions).", nil, nil)
+	descSessionsRefused  = prometheus.NewDesc("toolgate_mcp_sessions_refused_total", "initialize requests refused by a session cap.", []string{"limit"}, nil)
+	descProcesses        = prometheus.NewDesc("toolgate_upstream_processes", "Running upstream stdio server processes.", []string{"server"}, nil)
+	descIdleStops        = prometheus.NewDesc("toolgate_upstream_idle_stops_total", "Per-client upstream sessions stopped by servers[].idle_timeout.", nil, nil)
+	descUpstreamUp       = prometheus.NewDesc("toolgate_upstream_up", "1 while the gateway's shared session to the upstream server is connected, else 0.", []string{"server"}, nil)
+	descUpstreamRestarts = prometheus.NewDesc("toolgate_upstream_restarts_total", "Reconnects of the gateway's shared session to the upstream server since start.", []string{"server"}, nil)
+)
+
+// Collector returns a Prometheus collector of the gateway's counts, read
+// from Stats at each scrape: toolgate_mcp_sessions, toolgate_mcp_sessions_max,
+// toolgate_mcp_sessions_refused_total{limit}, toolgate_upstream_processes{server},
+// toolgate_upstream_idle_stops_total, toolgate_upstream_up{server} and
+// toolgate_upstream_restarts_total{server}. server label values are the
+// configured servers[].name. Safe for concurrent use.
+func (g *Gateway) Collector() prometheus.Collector { return gatewayCollector{g} }
+
+type gatewayCollector struct{ g *Gateway }
+
+func (c gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSessions, descSessionsMax, descSessionsRefused, descProcesses, descIdleStops, descUpstreamUp, descUpstreamRestarts} {
+		ch <- d
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		fmt.Fprintf(w, "toolgate_upstream_processes{server=%q} %d\n", name, st.Processes[name])
+}
+
+func (c gatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.g.Stats()
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(st.Sessions))
+	ch <- prometheus.MustNewConstMetric(descSessionsMax, prometheus.GaugeValue, float64(st.MaxSessions))
+	ch <- prometheus.MustNewConstMetric(descSessionsRefused, prometheus.CounterValue, float64(st.RefusedTotal), "mcp.max_sessions")
+	ch <- prometheus.MustNewConstMetric(descSessionsRefused, prometheus.CounterValue, float64(st.RefusedPrincipal), "mcp.max_sessions_per_principal")
+	for name, n := range st.Processes {
+		ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(n), name)
 	}
-	fmt.Fprintf(w, "# HELP toolgate_upstream_idle_stops_total Per-client upstream sessions stopped by servers[].idle_timeout.\n# TYPE toolgate_upstream_idle_stops_total counter\ntoolgate_upstream_idle_stops_total %d\n", st.IdleStops)
+	ch <- prometheus.MustNewConstMetric(descIdleStops, prometheus.CounterValue, float64(st.IdleStops))
+	for name, up := range st.Up {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descUpstreamUp, prometheus.GaugeValue, v, name)
+		ch <- prometheus.MustNewConstMetric(descUpstreamRestarts, prometheus.CounterValue, float64(st.Restarts[name]), name)
+	}
 }

@@ -155,6 +155,7 @@ type conn struct {
 	onUp      func(*mcp.ClientSession) // called after each (re)connect, may be nil
 	idle      time.Duration            // stop the session after this long unused (0: never); see reapIdle
 	idleStops *atomic.Int64            // counts reapIdle's stops; may be nil
+	connects  atomic.Int64             // sessions established (the first, then each reconnect)
 
 	mu       sync.Mutex
 	cs       *mcp.ClientSession // nil while down or parked
@@ -308,6 +309,7 @@ func (c *conn) run() {
 			default:
 			}
 			close(c.upCh)
+			c.connects.Add(1)
 			c.mu.Unlock()
 			c.log.Info("upstream connected")
 			if c.onUp != nil {

@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/receipt"
@@ -184,6 +186,10 @@ type Options struct {
 	// Approver resolves require_approval decisions (issue 6); nil answers
 	// every one with approval_required at once.
 	Approver Approver
+	// Metrics receives every recorded call's outcome and duration, each
+	// policy decision and each upstream MCP call's duration (issue 16);
+	// nil (or metrics.Nop) measures nothing, not even the clock.
+	Metrics metrics.Recorder
 }
 
 // Default timeouts: DefaultToolTimeout bounds one invocation when
@@ -210,6 +216,7 @@ type Pipeline struct {
 	outcomes  OutcomeLog // nil: events and receipt are appended separately
 	state     atomic.Pointer[State]
 	wouldDeny atomic.Int64
+	m         metrics.Recorder // nil: no metrics
 }
 
 // WouldDenied is the number of calls a policy dry run would have denied
@@ -246,6 +253,9 @@ func New(opts Options) (*Pipeline, error) {
 		}
 	}
 	p := &Pipeline{opts: opts}
+	if !metrics.IsNop(opts.Metrics) {
+		p.m = opts.Metrics
+	}
 	if o, ok := opts.Receipts.(OutcomeLog); ok && o.Covers(opts.Events) {
 		p.outcomes = o
 	}
@@ -596,6 +606,19 @@ func validateIDs(c *Call) error {
 // identified (unknown or ambiguous tool, malformed arguments,
 // unauthenticated principal): those calls are not recorded as tool calls.
 func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
+	if p.m == nil {
+		return p.call(ctx, call)
+	}
+	start := time.Now()
+	res, err := p.call(ctx, call)
+	if err == nil && res != nil && res.Status != "" {
+		p.m.ToolCall(res.ToolID, string(call.Transport), string(res.Status), time.Since(start))
+	}
+	return res, err
+}
+
+// call is Call without the metrics.
+func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
 	st := p.state.Load()
 	if call.Principal.ID == "" {
 		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
@@ -804,7 +827,14 @@ func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
 		Call: policy.Call{Transport: string(cs.c.Transport), CallID: cs.c.CallID, RunID: cs.c.RunID, AgentID: cs.c.AgentID, ParentCallID: cs.c.ParentCallID},
 		Now:  cs.started,
 	}
+	var start time.Time
+	if p.m != nil {
+		start = time.Now()
+	}
 	d := cs.st.Policy.Decide(ctx, in)
+	if p.m != nil {
+		p.m.PolicyDecision(string(d.Effect), d.RuleID, time.Since(start))
+	}
 	*in = policy.Input{}
 	inputPool.Put(in)
 	return d
@@ -1049,6 +1079,9 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	dur := time.Since(start)
 	if res.Ran {
 		res.DurationMs = dur.Milliseconds()
+		if p.m != nil && cs.tool.Descriptor.Source == catalog.SourceMCP {
+			p.m.UpstreamCall(mcpServer(res.ToolID), dur)
+		}
 	}
 	if err == nil {
 		res.Status, res.Output = audit.StatusOK, out
@@ -1100,6 +1133,19 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 // and its receipt: in one atomic write through p.outcomes when there is
 // one, else the events and then the receipt.
 func (p *Pipeline) recordOutcome(ctx context.Context, cs *callState, n int) error {
+	if p.m == nil {
+		return p.writeOutcome(ctx, cs, n)
+	}
+	start := time.Now()
+	err := p.writeOutcome(ctx, cs, n)
+	if err == nil {
+		p.m.StoreCommit(time.Since(start))
+	}
+	return err
+}
+
+// writeOutcome is recordOutcome without the metrics.
+func (p *Pipeline) writeOutcome(ctx context.Context, cs *callState, n int) error {
 	if p.outcomes == nil {
 		if err := p.appendEvents(ctx, cs.f, n); err != nil {
 			return err
@@ -1109,6 +1155,16 @@ func (p *Pipeline) recordOutcome(ctx context.Context, cs *callState, n int) erro
 	err := p.outcomes.AppendOutcome(ctx, cs.f.events[:n], p.newReceipt(cs))
 	cs.f.events = [2]*audit.Event{}
 	return err
+}
+
+// mcpServer returns the upstream server name of an MCP tool or target id
+// (mcp:<server>.<tool>, mcp:<server>/resource, mcp:<server>#<prompt>).
+func mcpServer(id string) string {
+	id = strings.TrimPrefix(id, "mcp:")
+	if i := strings.IndexAny(id, "./#"); i >= 0 {
+		return id[:i]
+	}
+	return id
 }
 
 // gatewayCode reports whether code is a failure the gateway itself
@@ -1255,6 +1311,9 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 // the refusal as "nothing happened".
 func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
 	res := cs.res
+	if p.m != nil {
+		p.m.StoreUnavailable()
+	}
 	res.Status, res.Output = audit.StatusError, nil
 	res.ReceiptID = "" // its receipt was not stored: name none
 	p.opts.Logger.Error("audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,

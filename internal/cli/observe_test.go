@@ -1,0 +1,430 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/receipt"
+)
+
+// observeServe is a real `toolgate serve` (in this process) with an
+// upstream of tools ok, fail (an isError result), lim (rate limited to one
+// call) and file (denied for a path under /etc), /metrics on a listener of
+// its own, and three API keys: an auditor and a plain caller of tenant t1,
+// an auditor of tenant t2.
+type observeServe struct {
+	base    string            // http://host:port of the main listener
+	metrics string            // the /metrics URL on the metrics listener
+	keys    map[string]string // by key id
+	keyFile string
+	dir     string
+}
+
+func startObserveServe(t *testing.T) *observeServe {
+	t.Helper()
+	s := mcp.NewServer(&mcp.Implementation{Name: "obs", Version: "1"}, nil)
+	for _, name := range []string{"ok", "lim", "file"} {
+		mcp.AddTool(s, &mcp.Tool{Name: name}, func(context.Context, *mcp.CallToolRequest, map[string]any) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		})
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "fail"}, func(context.Context, *mcp.CallToolRequest, map[string]any) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "upstream failed"}}}, nil, nil
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(up.Close)
+
+	dir := t.TempDir()
+	o := &observeServe{keys: map[string]string{}, keyFile: filepath.Join(dir, "toolgate.key"), dir: dir}
+	var keys strings.Builder
+	for _, k := range []struct{ id, tenant, scopes string }{
+		{"auditor-one", "t1", "[toolgate:audit]"}, {"caller-one", "t1", "[]"}, {"auditor-two", "t2", "[toolgate:audit]"}} {
+		key, err := auth.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.keys[k.id] = key
+		fmt.Fprintf(&keys, "    - {id: %s, key_sha256: \"%s\", tenant: %s, scopes: %s}\n", k.id, auth.HashKey(key), k.tenant, k.scopes)
+	}
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+observability: {metrics_listen: "127.0.0.1:0"}
+store: {driver: sqlite, dsn: %s}
+signing: {key_file: %s}
+auth:
+  api_keys:
+%sservers:
+  - {name: up, url: "%s", sessions: shared}
+policy:
+  default: deny
+  rules:
+    - {id: no-etc, effect: deny, tools: ["mcp:up.file"], when: 'has(args.path) && args.path.startsWith("/etc")'}
+    - {id: all, effect: allow, tools: ["mcp:up.*"]}
+  ratelimits:
+    - {tools: ["mcp:up.lim"], per: principal_tool, rate: 1/h, burst: 1}
+`, filepath.Join(dir, "toolgate.db"), o.keyFile, keys.String(), up.URL)
+	cfgFile := filepath.Join(dir, "toolgate.yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	errb := &lockedBuffer{}
+	exited := make(chan int, 1)
+	go func() {
+		code := Main(ctx, []string{"serve", "--config", cfgFile}, strings.NewReader(""), pw, errb)
+		pw.Close()
+		exited <- code
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			t.Errorf("serve did not stop")
+		}
+	})
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "toolgate: metrics at "); ok {
+			o.metrics = u
+		}
+		if u, ok := strings.CutPrefix(sc.Text(), "toolgate: MCP gateway at "); ok {
+			o.base = strings.TrimSuffix(u, "/mcp")
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if o.base == "" || o.metrics == "" {
+		t.Fatalf("serve printed no URL (base %q, metrics %q); stderr: %s", o.base, o.metrics, errb.String())
+	}
+	waitUntil(t, 60*time.Second, "serve ready", func() bool { code, _ := readyz(o.base); return code == http.StatusOK })
+	return o
+}
+
+// call makes one POST /v1/calls as key id and returns its HTTP status and
+// decoded body.
+func (o *observeServe) call(t *testing.T, keyID, tool, args string) (int, map[string]any) {
+	t.Helper()
+	code, body := o.get(t, keyID, http.MethodPost, "/v1/calls", fmt.Sprintf(`{"toolId":%q,"args":%s}`, tool, args))
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatalf("POST /v1/calls %s: %d %s", tool, code, body)
+	}
+	return code, m
+}
+
+// get makes one request as key id ("" for none) and returns status and body.
+func (o *observeServe) get(t *testing.T, keyID, method, path, body string) (int, string) {
+	t.Helper()
+	code, _, b := o.do(t, keyID, method, path, body)
+	return code, b
+}
+
+func (o *observeServe) do(t *testing.T, keyID, method, path, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, o.base+path, strings.NewReader(body))
+	if keyID != "" {
+		key, ok := o.keys[keyID]
+		if !ok {
+			key = keyID // a bad key as is
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestServeMetricsAfterScriptedCalls is issue 16 acceptance 1: after calls
+// that end ok, forbidden, rate limited and with an upstream error, the
+// separate metrics listener's exposition parses with the Prometheus text
+// parser and counts each, and names no principal and no argument.
+func TestServeMetricsAfterScriptedCalls(t *testing.T) {
+	o := startObserveServe(t)
+	for _, c := range []struct {
+		tool, args string
+		code       int
+		status     string
+	}{
+		{"mcp:up.ok", `{}`, 200, "ok"},
+		{"mcp:up.ok", `{"q":"quarterly-numbers-XYZZY"}`, 200, "ok"},
+		{"mcp:up.file", `{"path":"/etc/shadow-XYZZY"}`, 403, ""},
+		{"mcp:up.lim", `{}`, 200, "ok"},
+		{"mcp:up.lim", `{}`, 429, ""},
+		{"mcp:up.fail", `{}`, 200, "error"},
+	} {
+		code, body := o.call(t, "caller-one", c.tool, c.args)
+		if code != c.code || (c.status != "" && body["status"] != c.status) {
+			t.Fatalf("%s %s: %d %v, want %d %s", c.tool, c.args, code, body, c.code, c.status)
+		}
+	}
+	if code, _ := o.get(t, "not-a-key", http.MethodGet, "/v1/tools", ""); code != http.StatusUnauthorized {
+		t.Fatalf("bad key: %d", code)
+	}
+	// /metrics is on its own listener only.
+	if code, _ := o.get(t, "", http.MethodGet, "/metrics", ""); code != http.StatusNotFound {
+		t.Errorf("/metrics on the main listener: %d, want 404", code)
+	}
+	resp, err := http.Get(o.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("/metrics: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	text := string(raw)
+	for _, leak := range []string{"caller-one", "XYZZY", "t1", o.keys["caller-one"]} {
+		if strings.Contains(text, leak) {
+			t.Errorf("/metrics contains %q", leak)
+		}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v\n%s", err, text)
+	}
+	for _, w := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"toolgate_tool_calls_total", map[string]string{"tool_id": "mcp:up.ok", "transport": "http", "status": "ok"}, 2},
+		{"toolgate_tool_calls_total", map[string]string{"tool_id": "mcp:up.file", "transport": "http", "status": "forbidden"}, 1},
+		{"toolgate_tool_calls_total", map[string]string{"tool_id": "mcp:up.lim", "transport": "http", "status": "ok"}, 1},
+		{"toolgate_tool_calls_total", map[string]string{"tool_id": "mcp:up.lim", "transport": "http", "status": "rate_limited"}, 1},
+		{"toolgate_tool_calls_total", map[string]string{"tool_id": "mcp:up.fail", "transport": "http", "status": "error"}, 1},
+		{"toolgate_tool_call_duration_seconds", map[string]string{"tool_id": "mcp:up.ok", "status": "ok"}, 2},
+		{"toolgate_tool_call_duration_seconds", map[string]string{"tool_id": "mcp:up.file", "status": "forbidden"}, 1},
+		{"toolgate_policy_decisions_total", map[string]string{"effect": "deny", "rule_id": "no-etc"}, 1},
+		{"toolgate_policy_decisions_total", map[string]string{"effect": "allow", "rule_id": "all"}, 5},
+		{"toolgate_upstream_call_duration_seconds", map[string]string{"server": "up"}, 4}, // ok ×2, lim and fail ran upstream
+		{"toolgate_upstream_up", map[string]string{"server": "up"}, 1},
+		{"toolgate_upstream_restarts_total", map[string]string{"server": "up"}, 0},
+		{"toolgate_auth_refused_total", map[string]string{"reason": "unknown_api_key"}, 1},
+		{"toolgate_mcp_sessions", nil, 0},
+		{"toolgate_policy_would_deny_total", nil, 0},
+		{"toolgate_approvals_pending", nil, 0},
+		{"toolgate_store_commit_duration_seconds", nil, 6}, // every call's outcome was stored
+		{"toolgate_store_unavailable_total", nil, 0},
+		{"toolgate_approvals_resolved_total", map[string]string{"outcome": "approved"}, 0},
+	} {
+		got, ok := metricValue(fams[w.name], w.labels)
+		if !ok || got != w.want {
+			t.Errorf("%s%v = %v (found %v), want %v", w.name, w.labels, got, ok, w.want)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total", "process_resident_memory_bytes"} {
+		if fams[name] == nil {
+			t.Errorf("no %s (Go runtime and process collectors)", name)
+		}
+	}
+	// No principal label anywhere.
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "principal" || l.GetName() == "tenant" {
+					t.Errorf("%s has a %s label", name, l.GetName())
+				}
+			}
+		}
+	}
+}
+
+// metricValue returns the value of f's metric whose labels include labels:
+// a counter's or gauge's value, a histogram's sample count.
+func metricValue(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if have[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// pubkeyFile writes the serve's public key (base64, a line) and returns its
+// path.
+func (o *observeServe) pubkeyFile(t *testing.T) string {
+	t.Helper()
+	key, _, err := receipt.LoadOrCreateKey(o.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(o.dir, "toolgate.pub")
+	pub := key.Public().(ed25519.PublicKey)
+	if err := os.WriteFile(f, []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// verify runs `toolgate receipts verify` on body (with --from from when
+// it is not "") and returns its exit code and output.
+func (o *observeServe) verify(t *testing.T, body, from string) (int, string) {
+	t.Helper()
+	f, err := os.CreateTemp(o.dir, "page-*.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(body)
+	f.Close()
+	args := []string{"receipts", "verify", f.Name(), "--pubkey", o.pubkeyFile(t)}
+	if from != "" {
+		args = append(args, "--from", from)
+	}
+	var out, errb strings.Builder
+	code := Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String() + errb.String()
+}
+
+// receiptIDs returns the receiptIds of a JSON Lines page, in order.
+func receiptIDs(t *testing.T, body string) []string {
+	t.Helper()
+	var ids []string
+	for line := range strings.SplitSeq(strings.TrimSpace(body), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("page line %q: %v", line, err)
+		}
+		if id, ok := m["receiptId"].(string); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestServeReceiptsOverHTTP is issue 16 point 8: GET /v1/receipts answers
+// pages that `toolgate receipts verify` accepts, of the caller's tenant's
+// receipts only, paged by limit and the next header; GET
+// /v1/receipts/{id} answers one receipt, and 404 alike for an unknown
+// receipt and another tenant's; both need the audit scope.
+func TestServeReceiptsOverHTTP(t *testing.T) {
+	o := startObserveServe(t)
+	var t1IDs []string
+	callAs := func(keyID, tool string) string {
+		code, body := o.call(t, keyID, tool, `{}`)
+		if code != 200 {
+			t.Fatalf("%s %s: %d %v", keyID, tool, code, body)
+		}
+		return body["receiptId"].(string)
+	}
+	t1IDs = append(t1IDs, callAs("caller-one", "mcp:up.ok"), callAs("caller-one", "mcp:up.fail"))
+	t2ID := callAs("auditor-two", "mcp:up.ok")
+	for range 3 {
+		t1IDs = append(t1IDs, callAs("auditor-one", "mcp:up.ok"))
+	}
+
+	// Without the audit scope: 403 on both routes.
+	for _, p := range []string{"/v1/receipts", "/v1/receipts/" + t1IDs[0]} {
+		if code, body := o.get(t, "caller-one", http.MethodGet, p, ""); code != http.StatusForbidden || !strings.Contains(body, `"forbidden"`) {
+			t.Errorf("GET %s without the audit scope: %d %s", p, code, body)
+		}
+	}
+
+	// Follow t1's pages from the start; each verifies on its own.
+	var got []string
+	from := "0"
+	for pages := 0; from != ""; pages++ {
+		if pages > 10 {
+			t.Fatal("more than 10 pages")
+		}
+		code, hdr, body := o.do(t, "auditor-one", http.MethodGet, "/v1/receipts?limit=2&from="+from, "")
+		if code != 200 || hdr.Get("Content-Type") != "application/jsonl" {
+			t.Fatalf("page from %s: %d %s %s", from, code, hdr.Get("Content-Type"), body)
+		}
+		ids := receiptIDs(t, body)
+		if len(ids) > 0 {
+			if vc, out := o.verify(t, body, hdr.Get(httpapi.HeaderReceiptsFrom)); vc != 0 {
+				t.Errorf("page from %s does not verify (exit %d): %s\n%s", from, vc, out, body)
+			}
+		}
+		got = append(got, ids...)
+		from = hdr.Get(httpapi.HeaderReceiptsNext)
+	}
+	if strings.Join(got, ",") != strings.Join(t1IDs, ",") {
+		t.Errorf("t1's pages hold %v, want %v", got, t1IDs)
+	}
+	// The whole chain without a limit, as t1: its receipts only.
+	code, hdr, body := o.do(t, "auditor-one", http.MethodGet, "/v1/receipts", "")
+	if code != 200 || strings.Contains(body, t2ID) || strings.Contains(body, `"tenant":"t2"`) {
+		t.Errorf("t1's chain page: %d %s", code, body)
+	}
+	if vc, out := o.verify(t, body, hdr.Get(httpapi.HeaderReceiptsFrom)); vc != 0 {
+		t.Errorf("t1's first page does not verify: %s", out)
+	}
+	// t2 sees its one receipt only.
+	var t2Got []string
+	for from := "0"; from != ""; {
+		_, hdr, body := o.do(t, "auditor-two", http.MethodGet, "/v1/receipts?from="+from, "")
+		t2Got = append(t2Got, receiptIDs(t, body)...)
+		if ids := receiptIDs(t, body); len(ids) > 0 {
+			if vc, out := o.verify(t, body, hdr.Get(httpapi.HeaderReceiptsFrom)); vc != 0 {
+				t.Errorf("t2's page does not verify: %s\n%s", out, body)
+			}
+		}
+		from = hdr.Get(httpapi.HeaderReceiptsNext)
+	}
+	if len(t2Got) != 1 || t2Got[0] != t2ID {
+		t.Errorf("t2's receipts: %v, want [%s]", t2Got, t2ID)
+	}
+
+	// One receipt: the same line the page has.
+	code, one := o.get(t, "auditor-one", http.MethodGet, "/v1/receipts/"+t1IDs[1], "")
+	if code != 200 || !strings.Contains(body, strings.TrimSpace(one)) || !strings.Contains(one, `"receiptId":"`+t1IDs[1]+`"`) {
+		t.Errorf("GET /v1/receipts/%s: %d %s", t1IDs[1], code, one)
+	}
+	// Another tenant's receipt answers exactly as an unknown one.
+	codeOther, other := o.get(t, "auditor-two", http.MethodGet, "/v1/receipts/"+t1IDs[1], "")
+	codeNone, none := o.get(t, "auditor-two", http.MethodGet, "/v1/receipts/rcpt_nope", "")
+	if codeOther != 404 || codeNone != 404 || strings.ReplaceAll(other, t1IDs[1], "ID") != strings.ReplaceAll(none, "rcpt_nope", "ID") {
+		t.Errorf("another tenant's receipt: %d %s; unknown: %d %s", codeOther, other, codeNone, none)
+	}
+}
