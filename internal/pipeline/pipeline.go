@@ -43,6 +43,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
@@ -184,6 +186,10 @@ type Options struct {
 	// Approver resolves require_approval decisions (issue 6); nil answers
 	// every one with approval_required at once.
 	Approver Approver
+	// Tracer, when set, traces every call (internal/tracing: an
+	// execute_tool span with child spans per stage); nil: no tracing work
+	// at all.
+	Tracer trace.Tracer
 }
 
 // Default timeouts: DefaultToolTimeout bounds one invocation when
@@ -576,7 +582,11 @@ func validateIDs(c *Call) error {
 // error is non-nil only when the request itself is unusable before a tool is
 // identified (unknown or ambiguous tool, malformed arguments,
 // unauthenticated principal): those calls are not recorded as tool calls.
-func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
+//
+// With Options.Tracer set, a call whose tool is identified is one
+// execute_tool span, a child of the span context ctx carries (the
+// transports put an incoming traceparent there).
+func (p *Pipeline) Call(ctx context.Context, call Call) (_ *Result, retErr error) {
 	st := p.state.Load()
 	if call.Principal.ID == "" {
 		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
@@ -621,6 +631,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 	res.ToolID = tool.Descriptor.ToolID
 	args := c.Args
+
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -665,6 +676,11 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	}
 
 	cs.rec = rec
+	if p.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = p.startCallSpan(ctx, cs)
+		defer func() { endCallSpan(span, res, retErr) }()
+	}
 	// decide
 	res.Decision = p.decide(ctx, cs)
 	// The arguments must match the tool's inputSchema before anything the
@@ -754,7 +770,15 @@ func (p *Pipeline) awaitApproval(ctx context.Context, cs *callState) *errcode.Er
 	if red, err := cs.red.RedactJSON(cs.args); err == nil {
 		b.ArgsSummary = summarize(red, approval.MaxArgsSummary)
 	}
-	id, e := p.opts.Approver.Await(ctx, b)
+	actx, span := p.childSpan(ctx, SpanApprovalWait, trace.SpanKindInternal)
+	id, e := p.opts.Approver.Await(actx, b)
+	if span != nil {
+		var code errcode.Code
+		if e != nil {
+			code = e.Code
+		}
+		endSpan(span, code)
+	}
 	if e != nil {
 		// The refusal's receipt names the approval it waits for.
 		if pending, ok := e.Details["approvalId"].(string); ok {
@@ -785,7 +809,9 @@ func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
 		Call: policy.Call{Transport: string(cs.c.Transport), CallID: cs.c.CallID, RunID: cs.c.RunID, AgentID: cs.c.AgentID, ParentCallID: cs.c.ParentCallID},
 		Now:  cs.started,
 	}
+	span := p.decideSpan(ctx)
 	d := cs.st.Policy.Decide(ctx, in)
+	endDecideSpan(span, d)
 	*in = policy.Input{}
 	inputPool.Put(in)
 	return d
@@ -845,7 +871,11 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 	for _, reg := range p.opts.Hooks {
 		hc := cs.hookCall
 		hc.Args = bytes.Clone(hc.Args) // a hook cannot change the call in place
-		v, err := runHook(ctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
+		hctx, span := p.hookSpan(ctx, reg, "before")
+		v, err := runHook(hctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
+		if span != nil {
+			endHookSpan(span, err, v.Deny, v.Args != nil)
+		}
 		if reg.Mode == hook.Observe {
 			if err != nil {
 				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
@@ -1007,10 +1037,12 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if inv == nil {
 		err = errcode.Errorf(errcode.UpstreamUnavailable, "no invoker is registered for %s", res.ToolID)
 	} else {
-		ictx, cancel := context.WithTimeout(ctx, p.opts.ToolTimeout)
+		sctx, span := p.invokeSpan(ctx, cs.tool)
+		ictx, cancel := context.WithTimeout(sctx, p.opts.ToolTimeout)
 		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
 		ierr := ictx.Err() // before cancel: was the deadline or the caller the cause?
 		cancel()
+
 		switch {
 		case err == nil && ierr != nil && ctx.Err() == nil:
 			// A tool that ignores its context and finishes late: its
@@ -1026,6 +1058,13 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			out, err = nil, errcode.New(errcode.ToolExecutionFailed, "the tool returned a result that is not valid JSON")
 		}
 		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
+		if span != nil {
+			var code errcode.Code
+			if err != nil {
+				code = toolError(cs.red, err).Code
+			}
+			endSpan(span, code)
+		}
 	}
 	dur := time.Since(start)
 	if res.Ran {
@@ -1161,12 +1200,20 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 		hc.Args = bytes.Clone(hc.Args)
 		oc := *o
 		oc.Output = bytes.Clone(o.Output) // nor the result
-		_, err := runHook(ctx, reg, func(hctx context.Context) (struct{}, error) {
+		phase := "after"
+		if onError {
+			phase = "on_error"
+		}
+		sctx, span := p.hookSpan(ctx, reg, phase)
+		_, err := runHook(sctx, reg, func(hctx context.Context) (struct{}, error) {
 			if onError {
 				return struct{}{}, reg.Hook.OnError(hctx, &hc, &oc)
 			}
 			return struct{}{}, reg.Hook.After(hctx, &hc, &oc)
 		})
+		if span != nil {
+			endHookSpan(span, err, false, false)
+		}
 		if err == nil {
 			continue
 		}
