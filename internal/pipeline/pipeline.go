@@ -708,7 +708,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (_ *Result, retErr error
 		if err != nil {
 			// The limiter's error (a Redis address) is for the log; the
 			// caller learns that the gate could not decide.
-			p.opts.Logger.Warn("rate limiter unavailable; call refused (fail closed)", "callId", res.CallID, "toolId", res.ToolID,
+			p.opts.Logger.WarnContext(ctx, "rate limiter unavailable; call refused (fail closed)", "callId", res.CallID, "toolId", res.ToolID,
 				"err", cs.red.RedactString(err.Error()))
 			if errors.Is(err, ratelimit.ErrUnavailable) {
 				return p.refuse(rec, cs, audit.StatusForbidden, errcode.New(errcode.RateLimitUnavailable, "rate limiter unavailable (fail closed): try again later"))
@@ -733,7 +733,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (_ *Result, retErr error
 	}
 	if pr, ok := cs.invoker().(Preparer); ok {
 		if err := pr.Prepare(ctx, tool); err != nil {
-			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
+			p.opts.Logger.DebugContext(ctx, "invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
 		}
 	}
 	// agent.toolCalled is durable before the tool runs.
@@ -743,7 +743,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (_ *Result, retErr error
 	}
 	f.events = [2]*audit.Event{called}
 	if err := p.appendEvents(rec, f, 1); err != nil {
-		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", cs.red.RedactString(err.Error()))
+		p.opts.Logger.ErrorContext(ctx, "audit append failed; call refused", "callId", c.CallID, "err", cs.red.RedactString(err.Error()))
 		return p.unrecorded(cs, err)
 	}
 	cs.called = called
@@ -878,7 +878,7 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 		}
 		if reg.Mode == hook.Observe {
 			if err != nil {
-				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
+				p.opts.Logger.WarnContext(ctx, "observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
 			}
 			continue
 		}
@@ -1219,7 +1219,7 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 		}
 		msg := cs.red.RedactString(err.Error())
 		if reg.Mode == hook.Observe || onError {
-			p.opts.Logger.Warn("hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
+			p.opts.Logger.WarnContext(ctx, "hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
 			continue
 		}
 		return errcode.Errorf(errcode.ResultWithheld, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
