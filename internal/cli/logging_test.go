@@ -234,7 +234,9 @@ func TestLoggerTraceIDs(t *testing.T) {
 	log := newLogger(&out, config.Log{Format: "json", Level: "info"}, audit.NewRedactor(), tracing.LogAttrs)
 	log.Info("outside any call")
 	failing := hook.Registration{Name: "flaky", Mode: hook.Observe, Hook: hook.Funcs{
-		BeforeFunc: func(context.Context, *hook.Call) (hook.Verdict, error) { return hook.Verdict{}, errors.New("observer down") },
+		BeforeFunc: func(context.Context, *hook.Call) (hook.Verdict, error) {
+			return hook.Verdict{}, errors.New("observer down")
+		},
 	}}
 	prog, err := policy.Load("p.yaml", []byte("rules:\n  - {id: all, effect: allow, tools: [\"*\"]}\n"), policy.Options{})
 	if err != nil {

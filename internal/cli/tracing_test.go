@@ -129,7 +129,7 @@ func (h *headerLog) with(traceID string) []string {
 // value.
 func TestServeTracesCalls(t *testing.T) {
 	const argValue = "quarterly-Numbers-7f3a" // an argument value: must appear in no span
-	const deniedValue = "deny-me-Value-91c2"   // the denied call's, likewise
+	const deniedValue = "deny-me-Value-91c2"  // the denied call's, likewise
 	rcv := &otlpReceiver{}
 	otlp := httptest.NewServer(rcv)
 	t.Cleanup(otlp.Close)
