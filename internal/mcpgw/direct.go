@@ -47,8 +47,9 @@ import (
 //   - one JSON-RPC request object with exactly the members jsonrpc ("2.0"),
 //     id (a string or an integer), method ("tools/call") and params; params
 //     with only name (a string), arguments and _meta, where _meta holds only
-//     the toolgate/* correlation keys (no progressToken: progress
-//     notifications need the SDK's response stream);
+//     the toolgate/* correlation keys and W3C Trace Context (traceparent,
+//     tracestate) (no progressToken: progress notifications need the SDK's
+//     response stream);
 //   - nothing may need the call's response stream: the client declared
 //     neither sampling nor elicitation (an upstream's sampling or
 //     elicitation request during the call, or an in-band approval, goes to
