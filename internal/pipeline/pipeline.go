@@ -631,7 +631,6 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (_ *Result, retErr error
 	}
 	res.ToolID = tool.Descriptor.ToolID
 	args := c.Args
-
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -1042,7 +1041,6 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
 		ierr := ictx.Err() // before cancel: was the deadline or the caller the cause?
 		cancel()
-
 		switch {
 		case err == nil && ierr != nil && ctx.Err() == nil:
 			// A tool that ignores its context and finishes late: its
