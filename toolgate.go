@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
@@ -64,6 +66,10 @@ type Options struct {
 	// decision (see internal/metrics; `toolgate serve` passes its
 	// Prometheus registry); nil measures nothing.
 	Metrics metrics.Recorder
+	// Tracer, when set, traces every call with OpenTelemetry (an
+	// execute_tool span per call, GenAI semantic conventions, child spans
+	// per stage; never argument content); nil: no tracing work.
+	Tracer trace.Tracer
 }
 
 // Gateway is the embeddable gate. All methods are safe for concurrent use.
@@ -106,7 +112,7 @@ func New(opts Options) (*Gateway, error) {
 	p, err := pipeline.New(pipeline.Options{
 		Limiter: opts.Limiter, Redactor: opts.Redactor, Events: opts.Events, Receipts: opts.Receipts,
 		Hooks: opts.Hooks, Now: opts.Now, Logger: opts.Logger, AuditContent: opts.AuditContent, ToolTimeout: opts.ToolTimeout,
-		Approver: opts.Approver, Metrics: opts.Metrics,
+		Approver: opts.Approver, Metrics: opts.Metrics, Tracer: opts.Tracer,
 	})
 	if err != nil {
 		return nil, err

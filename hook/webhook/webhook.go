@@ -61,6 +61,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/internal/tracing"
 )
 
 // SignatureHeader is the request header carrying the HMAC signature.
@@ -357,6 +358,7 @@ func (h *Hook) post(ctx context.Context, body []byte) ([]byte, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(SignatureHeader, Sign(h.opts.Secret, h.opts.Now(), body))
+	tracing.Inject(ctx, req.Header) // the hook span's W3C Trace Context, if any
 	resp, err := h.opts.Client.Do(req)
 	if err != nil {
 		// The detail (it names the hook's address) goes to the operator's

@@ -18,7 +18,10 @@ import (
 //
 // Tracing (issue 16 point 2) adds trace_id and span_id to JSON lines by
 // setting redactHandler.ctxAttrs; nothing else needs to change here.
-func newLogger(w io.Writer, lc config.Log, red *audit.Redactor) *slog.Logger {
+//
+// ctxAttrs, when given (serve passes tracing.LogAttrs when tracing is on),
+// adds the attributes it takes from each record's context.
+func newLogger(w io.Writer, lc config.Log, red *audit.Redactor, ctxAttrs ...func(context.Context) []slog.Attr) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: lc.SlogLevel()}
 	var h slog.Handler
 	if lc.Format == "json" {
@@ -26,7 +29,11 @@ func newLogger(w io.Writer, lc config.Log, red *audit.Redactor) *slog.Logger {
 	} else {
 		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(&redactHandler{next: h, red: red})
+	rh := &redactHandler{next: h, red: red}
+	if len(ctxAttrs) > 0 {
+		rh.ctxAttrs = ctxAttrs[0]
+	}
+	return slog.New(rh)
 }
 
 // redactHandler is a slog.Handler that scrubs every record before the next

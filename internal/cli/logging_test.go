@@ -15,9 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolgate/toolgate"
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/hook"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/tracing"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // syncBuffer is an io.Writer safe for concurrent writes and reads.
@@ -210,5 +217,67 @@ func TestLoggerRedactsEveryValue(t *testing.T) {
 	if m["msg"] != "connect [REDACTED:db-password] failed" || m["bound"] != "x[REDACTED:db-password]" || g["argsHash"] != hash || g["n"] != float64(3) ||
 		g["err"] != "dial: [REDACTED:db-password]" || !strings.Contains(fmt.Sprint(g["any"]), "[REDACTED:db-password]") {
 		t.Fatalf("log line: %s", line)
+	}
+}
+
+// With tracing on (issue 16 point 3), serve's JSON log lines written
+// during a call carry the call span's trace_id and span_id; a line
+// outside any span carries neither.
+func TestLoggerTraceIDs(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp, err := tracing.New(t.Context(), config.Tracing{Enabled: true}, tracing.Options{Exporter: exp, Syncer: true})
+	if err != nil || tp == nil {
+		t.Fatalf("tracing.New: %v %v", tp, err)
+	}
+	defer tp.Shutdown(context.Background())
+	var out syncBuffer
+	log := newLogger(&out, config.Log{Format: "json", Level: "info"}, audit.NewRedactor(), tracing.LogAttrs)
+	log.Info("outside any call")
+	failing := hook.Registration{Name: "flaky", Mode: hook.Observe, Hook: hook.Funcs{
+		BeforeFunc: func(context.Context, *hook.Call) (hook.Verdict, error) {
+			return hook.Verdict{}, errors.New("observer down")
+		},
+	}}
+	prog, err := policy.Load("p.yaml", []byte("rules:\n  - {id: all, effect: allow, tools: [\"*\"]}\n"), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := toolgate.New(toolgate.Options{Policy: prog, Logger: log, Tracer: tp.Tracer(), Hooks: []hook.Registration{failing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	if err := gw.RegisterNative(catalog.ToolDescriptor{ToolID: "native:t.run", Source: catalog.SourceHostExtension, SafetyTier: catalog.TierPure},
+		func(context.Context, json.RawMessage) (any, error) { return "ok", nil }); err != nil {
+		t.Fatal(err)
+	}
+	res, err := gw.Call(t.Context(), toolgate.Call{Tool: "native:t.run", Principal: toolgate.Principal{ID: "a", Tenant: "t"}})
+	if err != nil || res.Err != nil {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	var call tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "execute_tool native:t.run" {
+			call = s
+		}
+	}
+	if !call.SpanContext.IsValid() {
+		t.Fatalf("no execute_tool span: %v", exp.GetSpans())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	seen := map[string]map[string]any{}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not JSON: %s", l)
+		}
+		seen[m["msg"].(string)] = m
+	}
+	if m := seen["outside any call"]; m == nil || m["trace_id"] != nil || m["span_id"] != nil {
+		t.Errorf("line outside a span: %v", m)
+	}
+	m := seen["observe hook failed"]
+	if m == nil || m["trace_id"] != call.SpanContext.TraceID().String() || len(fmt.Sprint(m["span_id"])) != 16 {
+		t.Fatalf("hook failure line %v; want trace_id %s; log:\n%s", m, call.SpanContext.TraceID(), out.String())
 	}
 }

@@ -23,6 +23,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
@@ -35,6 +37,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
@@ -148,6 +151,26 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	// as it is resolved (log: format and level; DESIGN.md decision 9).
 	redactor := audit.NewRedactor()
 	logger := newLogger(stderr, cfg.Log, redactor)
+	// Traces (observability.tracing and OTEL_*; off by default: then
+	// tp is nil and the pipeline gets no tracer at all).
+	tp, err := tracing.New(ctx, cfg.Observability.Tracing, tracing.Options{ServiceVersion: version.String()})
+	if err != nil {
+		return failure("%v", err)
+	}
+	if tp != nil {
+		logger = newLogger(stderr, cfg.Log, redactor, tracing.LogAttrs)
+		// The SDK's own errors (an unreachable receiver) go to the
+		// operator log, through the redactor, instead of its stderr logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing: export failed", "err", err) }))
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("tracing: flushing spans at shutdown failed", "err", err)
+			}
+		}()
+		logger.Info("tracing on", "protocol", tracingProtocol(cfg.Observability.Tracing))
+	}
 	if !quick {
 		logPolicyWarnings(logger, cfg)
 	}
@@ -231,7 +254,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	pipe, err := pipeline.New(pipeline.Options{
 		Limiter: limiter, Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
-		Approver: approvals, Hooks: hooks, Metrics: prom,
+		Approver: approvals, Hooks: hooks, Metrics: prom, Tracer: tp.Tracer(),
 	})
 	if err != nil {
 		return failure("%v", err)
@@ -460,6 +483,15 @@ func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) 
 		regs = append(regs, hook.Registration{Name: hc.Name, Hook: h, Mode: hook.Mode(hc.Mode), Mutating: hc.Mutating, Timeout: timeout})
 	}
 	return regs, hs, nil
+}
+
+// tracingProtocol names the OTLP protocol tracing uses, for the log.
+func tracingProtocol(t config.Tracing) string {
+	p, err := tracing.Protocol(t, os.Getenv)
+	if err != nil {
+		return "invalid"
+	}
+	return p
 }
 
 // shutdown stops accepting connections, waits (up to 30 s) for in-flight

@@ -46,7 +46,7 @@ type Config struct {
 	Approvals   Approvals             `yaml:"approvals"`
 	Hooks       []Hook                `yaml:"hooks"`
 	Log         Log                   `yaml:"log"`
-	// Observability configures /metrics (issue 16).
+	// Observability configures /metrics and telemetry export (issue 16).
 	Observability Observability `yaml:"observability"`
 
 	// Derived by Load.
@@ -313,14 +313,6 @@ type Approvals struct {
 	BindingSecret string `yaml:"binding_secret"`
 }
 
-// Observability configures what operators scrape.
-type Observability struct {
-	// MetricsListen, when set, is a host:port of its own where /metrics
-	// is served (and then not on Listen), so that it can stay off the
-	// public listener. "" (default) serves /metrics on Listen.
-	MetricsListen string `yaml:"metrics_listen"`
-}
-
 // Log configures the gateway's operator log (stderr). Every line, in
 // either format, passes the redactor first (registered credential values
 // and secret shapes are scrubbed, DESIGN.md decision 9).
@@ -346,6 +338,44 @@ func (l Log) SlogLevel() slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
+}
+
+// Observability configures what the gateway exports about itself: the
+// /metrics listener and OpenTelemetry traces.
+type Observability struct {
+	// MetricsListen, when set, is a host:port of its own where /metrics
+	// is served (and then not on Listen), so that it can stay off the
+	// public listener. "" (default) serves /metrics on Listen.
+	MetricsListen string `yaml:"metrics_listen"`
+	// Tracing configures OpenTelemetry traces (off by default).
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry traces exported over OTLP (issue 16
+// point 2). Off by default. A key left empty falls back to the standard
+// OpenTelemetry environment variables (OTEL_EXPORTER_OTLP_ENDPOINT,
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
+// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_HEADERS); a key that is set
+// wins over them. OTEL_SDK_DISABLED=true turns tracing off whatever
+// enabled says.
+type Tracing struct {
+	// Enabled turns tracing on (default false: no SDK tracer provider is
+	// installed and the gate does no tracing work).
+	Enabled bool `yaml:"enabled"`
+	// Endpoint is the OTLP receiver's URL: http(s)://host:port, with a
+	// path for OTLP/HTTP (default /v1/traces). Empty: the
+	// OTEL_EXPORTER_OTLP_* variables, else the exporter's default
+	// (localhost:4318 for http, localhost:4317 for grpc).
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is http (OTLP/HTTP protobuf) or grpc. Empty:
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL
+	// (grpc or http/protobuf), else http.
+	Protocol string `yaml:"protocol"`
+	// SampleRatio is the fraction of new traces sampled, 0 to 1, under a
+	// parent-based sampler (a call whose incoming traceparent is sampled
+	// is always traced). Unset: OTEL_TRACES_SAMPLER, else every trace.
+	SampleRatio *float64 `yaml:"sample_ratio"`
 }
 
 // Hook is a config-declared webhook hook.
@@ -1006,6 +1036,19 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
 		add(at("log", "level"), "log.level %q: want debug, info, warn or error", c.Log.Level)
+	}
+	if tr := c.Observability.Tracing; tr.Protocol != "" || tr.Endpoint != "" || tr.SampleRatio != nil {
+		if !oneOf(tr.Protocol, "", "http", "grpc") {
+			add(at("observability", "tracing", "protocol"), "observability.tracing.protocol %q: want http or grpc", tr.Protocol)
+		}
+		if tr.Endpoint != "" {
+			if u, err := url.Parse(tr.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				add(at("observability", "tracing", "endpoint"), "observability.tracing.endpoint %q: want an http(s)://host:port URL", tr.Endpoint)
+			}
+		}
+		if r := tr.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
+			add(at("observability", "tracing", "sample_ratio"), "observability.tracing.sample_ratio %v: want a number from 0 to 1", *r)
+		}
 	}
 	hookNames := map[string]bool{}
 	for i, h := range c.Hooks {

@@ -369,3 +369,26 @@ func TestLogSection(t *testing.T) {
 		}
 	}
 }
+
+// observability.tracing: off by default; protocol, endpoint and
+// sample_ratio are checked where they are written.
+func TestTracingSection(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte("listen: 127.0.0.1:7070\n"))
+	if err != nil || cfg.Observability.Tracing.Enabled || cfg.Observability.Tracing.SampleRatio != nil {
+		t.Fatalf("defaults: %+v %v", cfg.Observability, err)
+	}
+	cfg, err = Parse("c.yaml", []byte("observability: {tracing: {enabled: true, endpoint: \"http://127.0.0.1:4318\", protocol: grpc, sample_ratio: 0.5}}\n"))
+	if tr := cfg.Observability.Tracing; err != nil || !tr.Enabled || tr.Protocol != "grpc" || tr.SampleRatio == nil || *tr.SampleRatio != 0.5 {
+		t.Fatalf("set: %+v %v", cfg.Observability, err)
+	}
+	_, err = Parse("c.yaml", []byte("observability:\n  tracing: {enabled: true, endpoint: \"127.0.0.1:4318\", protocol: zipkin, sample_ratio: 1.5}\n"))
+	for _, want := range []string{
+		`c.yaml:2:66: observability.tracing.protocol "zipkin": want http or grpc`,
+		`c.yaml:2:38: observability.tracing.endpoint "127.0.0.1:4318": want an http(s)://host:port URL`,
+		`c.yaml:2:88: observability.tracing.sample_ratio 1.5: want a number from 0 to 1`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	}
+}

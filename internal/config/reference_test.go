@@ -72,6 +72,8 @@ func typeName(t reflect.Type) string {
 		return "integer"
 	case reflect.Bool:
 		return "boolean"
+	case reflect.Float64:
+		return "number"
 	case reflect.Pointer:
 		if t.Elem().Kind() == reflect.Bool {
 			return "boolean"

@@ -10,6 +10,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -115,7 +116,8 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Prin
 	if err != nil {
 		return err
 	}
-	res, err := h.pipe.Call(r.Context(), pipeline.Call{
+	// An incoming W3C traceparent is the parent of the call's span.
+	res, err := h.pipe.Call(tracing.Extract(r.Context(), r.Header), pipeline.Call{
 		Tool: req.ToolID, Args: req.Args, Principal: p, Transport: catalog.TransportHTTP,
 		RunID: req.RunID, AgentID: req.AgentID, ParentCallID: req.ParentCallID,
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -46,8 +47,9 @@ import (
 //   - one JSON-RPC request object with exactly the members jsonrpc ("2.0"),
 //     id (a string or an integer), method ("tools/call") and params; params
 //     with only name (a string), arguments and _meta, where _meta holds only
-//     the toolgate/* correlation keys (no progressToken: progress
-//     notifications need the SDK's response stream);
+//     the toolgate/* correlation keys and W3C Trace Context (traceparent,
+//     tracestate) (no progressToken: progress notifications need the SDK's
+//     response stream);
 //   - nothing may need the call's response stream: the client declared
 //     neither sampling nor elicitation (an upstream's sampling or
 //     elicitation request during the call, or an in-band approval, goes to
@@ -124,7 +126,7 @@ var directMembers = []string{"jsonrpc", "id", "method", "params"}
 var directParams = []string{"name", "arguments", "_meta"}
 
 // directMeta are the _meta keys serveDirect understands.
-var directMeta = []string{MetaRunID, MetaAgentID, MetaParentCallID}
+var directMeta = []string{MetaRunID, MetaAgentID, MetaParentCallID, tracing.MetaTraceparent, tracing.MetaTracestate}
 
 // members decodes a JSON object into its members; ok is false if data is
 // not an object or has a member outside allowed.
@@ -311,7 +313,7 @@ func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byt
 	g.directCalls.Add(1)
 
 	resp := rpcResponse{JSONRPC: "2.0", ID: id}
-	res, err := g.callTool(ctx, ds, p, &mcp.CallToolRequest{Session: ds.ss, Params: params})
+	res, err := g.callTool(tracing.Extract(ctx, r.Header), ds, p, &mcp.CallToolRequest{Session: ds.ss, Params: params})
 	if err != nil {
 		je, ok := err.(*jsonrpc.Error)
 		if !ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/pipeline"
+	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -553,6 +554,7 @@ func gatedCall[R any](ctx context.Context, g *Gateway, ds *dsession, p policy.Pr
 	if err := applyCallMeta(meta, &c); err != nil {
 		return zero, err
 	}
+	ctx = tracing.ExtractMeta(ctx, meta) // W3C Trace Context in params._meta
 	if ask := ds.elicitor(); ask != nil {
 		ctx = approval.WithElicitor(ctx, ask) // approver: user rules, as for tools
 	}

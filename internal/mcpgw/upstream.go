@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/internal/version"
 )
 
@@ -92,6 +93,9 @@ func (d *dialer) httpClient() *http.Client {
 	if d.client != nil && d.client.Transport != nil {
 		base = d.client.Transport
 	}
+	// The call's span context goes upstream as traceparent/tracestate
+	// (a request without one is not copied).
+	base = tracing.Transport{Base: base}
 	if len(d.headers) == 0 {
 		return &http.Client{Transport: base} // nothing to add: no per-request clone
 	}

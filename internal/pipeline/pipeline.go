@@ -44,6 +44,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
@@ -190,6 +192,10 @@ type Options struct {
 	// policy decision and each upstream MCP call's duration (issue 16);
 	// nil (or metrics.Nop) measures nothing, not even the clock.
 	Metrics metrics.Recorder
+	// Tracer, when set, traces every call (internal/tracing: an
+	// execute_tool span with child spans per stage); nil: no tracing work
+	// at all.
+	Tracer trace.Tracer
 }
 
 // Default timeouts: DefaultToolTimeout bounds one invocation when
@@ -605,6 +611,10 @@ func validateIDs(c *Call) error {
 // error is non-nil only when the request itself is unusable before a tool is
 // identified (unknown or ambiguous tool, malformed arguments,
 // unauthenticated principal): those calls are not recorded as tool calls.
+//
+// With Options.Tracer set, a call whose tool is identified is one
+// execute_tool span, a child of the span context ctx carries (the
+// transports put an incoming traceparent there).
 func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 	if p.m == nil {
 		return p.call(ctx, call)
@@ -618,7 +628,7 @@ func (p *Pipeline) Call(ctx context.Context, call Call) (*Result, error) {
 }
 
 // call is Call without the metrics.
-func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
+func (p *Pipeline) call(ctx context.Context, call Call) (_ *Result, retErr error) {
 	st := p.state.Load()
 	if call.Principal.ID == "" {
 		return nil, errcode.New(errcode.Unauthenticated, "the call has no principal")
@@ -707,6 +717,11 @@ func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
 	}
 
 	cs.rec = rec
+	if p.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = p.startCallSpan(ctx, cs)
+		defer func() { endCallSpan(span, res, retErr) }()
+	}
 	// decide
 	res.Decision = p.decide(ctx, cs)
 	// The arguments must match the tool's inputSchema before anything the
@@ -734,7 +749,7 @@ func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
 		if err != nil {
 			// The limiter's error (a Redis address) is for the log; the
 			// caller learns that the gate could not decide.
-			p.opts.Logger.Warn("rate limiter unavailable; call refused (fail closed)", "callId", res.CallID, "toolId", res.ToolID,
+			p.opts.Logger.WarnContext(ctx, "rate limiter unavailable; call refused (fail closed)", "callId", res.CallID, "toolId", res.ToolID,
 				"err", cs.red.RedactString(err.Error()))
 			if errors.Is(err, ratelimit.ErrUnavailable) {
 				return p.refuse(rec, cs, audit.StatusForbidden, errcode.New(errcode.RateLimitUnavailable, "rate limiter unavailable (fail closed): try again later"))
@@ -759,7 +774,7 @@ func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
 	}
 	if pr, ok := cs.invoker().(Preparer); ok {
 		if err := pr.Prepare(ctx, tool); err != nil {
-			p.opts.Logger.Debug("invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
+			p.opts.Logger.DebugContext(ctx, "invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
 		}
 	}
 	// agent.toolCalled is durable before the tool runs.
@@ -769,7 +784,7 @@ func (p *Pipeline) call(ctx context.Context, call Call) (*Result, error) {
 	}
 	f.events = [2]*audit.Event{called}
 	if err := p.appendEvents(rec, f, 1); err != nil {
-		p.opts.Logger.Error("audit append failed; call refused", "callId", c.CallID, "err", cs.red.RedactString(err.Error()))
+		p.opts.Logger.ErrorContext(ctx, "audit append failed; call refused", "callId", c.CallID, "err", cs.red.RedactString(err.Error()))
 		return p.unrecorded(cs, err)
 	}
 	cs.called = called
@@ -796,7 +811,15 @@ func (p *Pipeline) awaitApproval(ctx context.Context, cs *callState) *errcode.Er
 	if red, err := cs.red.RedactJSON(cs.args); err == nil {
 		b.ArgsSummary = summarize(red, approval.MaxArgsSummary)
 	}
-	id, e := p.opts.Approver.Await(ctx, b)
+	actx, span := p.childSpan(ctx, SpanApprovalWait, trace.SpanKindInternal)
+	id, e := p.opts.Approver.Await(actx, b)
+	if span != nil {
+		var code errcode.Code
+		if e != nil {
+			code = e.Code
+		}
+		endSpan(span, code)
+	}
 	if e != nil {
 		// The refusal's receipt names the approval it waits for.
 		if pending, ok := e.Details["approvalId"].(string); ok {
@@ -831,7 +854,9 @@ func (p *Pipeline) decide(ctx context.Context, cs *callState) policy.Decision {
 	if p.m != nil {
 		start = time.Now()
 	}
+	span := p.decideSpan(ctx)
 	d := cs.st.Policy.Decide(ctx, in)
+	endDecideSpan(span, d)
 	if p.m != nil {
 		p.m.PolicyDecision(string(d.Effect), d.RuleID, time.Since(start))
 	}
@@ -894,10 +919,14 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 	for _, reg := range p.opts.Hooks {
 		hc := cs.hookCall
 		hc.Args = bytes.Clone(hc.Args) // a hook cannot change the call in place
-		v, err := runHook(ctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
+		hctx, span := p.hookSpan(ctx, reg, "before")
+		v, err := runHook(hctx, reg, func(hctx context.Context) (hook.Verdict, error) { return reg.Hook.Before(hctx, &hc) })
+		if span != nil {
+			endHookSpan(span, err, v.Deny, v.Args != nil)
+		}
 		if reg.Mode == hook.Observe {
 			if err != nil {
-				p.opts.Logger.Warn("observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
+				p.opts.Logger.WarnContext(ctx, "observe hook failed", "hook", reg.Name, "err", cs.red.RedactString(err.Error()))
 			}
 			continue
 		}
@@ -1056,7 +1085,8 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if inv == nil {
 		err = errcode.Errorf(errcode.UpstreamUnavailable, "no invoker is registered for %s", res.ToolID)
 	} else {
-		ictx, cancel := context.WithTimeout(ctx, p.opts.ToolTimeout)
+		sctx, span := p.invokeSpan(ctx, cs.tool)
+		ictx, cancel := context.WithTimeout(sctx, p.opts.ToolTimeout)
 		out, err = safeInvoke(ictx, inv, cs.tool, cs.args)
 		ierr := ictx.Err() // before cancel: was the deadline or the caller the cause?
 		cancel()
@@ -1075,6 +1105,13 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			out, err = nil, errcode.New(errcode.ToolExecutionFailed, "the tool returned a result that is not valid JSON")
 		}
 		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
+		if span != nil {
+			var code errcode.Code
+			if err != nil {
+				code = toolError(cs.red, err).Code
+			}
+			endSpan(span, code)
+		}
 	}
 	dur := time.Since(start)
 	if res.Ran {
@@ -1236,18 +1273,26 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 		hc.Args = bytes.Clone(hc.Args)
 		oc := *o
 		oc.Output = bytes.Clone(o.Output) // nor the result
-		_, err := runHook(ctx, reg, func(hctx context.Context) (struct{}, error) {
+		phase := "after"
+		if onError {
+			phase = "on_error"
+		}
+		sctx, span := p.hookSpan(ctx, reg, phase)
+		_, err := runHook(sctx, reg, func(hctx context.Context) (struct{}, error) {
 			if onError {
 				return struct{}{}, reg.Hook.OnError(hctx, &hc, &oc)
 			}
 			return struct{}{}, reg.Hook.After(hctx, &hc, &oc)
 		})
+		if span != nil {
+			endHookSpan(span, err, false, false)
+		}
 		if err == nil {
 			continue
 		}
 		msg := cs.red.RedactString(err.Error())
 		if reg.Mode == hook.Observe || onError {
-			p.opts.Logger.Warn("hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
+			p.opts.Logger.WarnContext(ctx, "hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
 			continue
 		}
 		return errcode.Errorf(errcode.ResultWithheld, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
