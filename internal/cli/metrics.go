@@ -15,9 +15,15 @@ import (
 // read at each scrape: the policy dry run's would-deny count, each
 // webhook's dropped requests, the gateway's sessions and upstreams, the
 // authentication refusals, the listener's unauthenticated connections and
-// the approvals waited for and resolved.
+// the approvals waited for and resolved, and the store's write queue
+// (st, when it reports QueueDepth).
 func registerServeMetrics(m *metrics.Prometheus, pipe *pipeline.Pipeline, webhooks []*webhook.Hook, gw *mcpgw.Gateway,
-	refusals *auth.Refusals, ed *edge, approvals *approval.Manager) {
+	refusals *auth.Refusals, ed *edge, approvals *approval.Manager, st any) {
+	if q, ok := st.(interface{ QueueDepth() int }); ok {
+		m.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolgate_store_queue_depth",
+			Help: "Appends (events, receipts, outcomes) waiting now for the store's group-commit writer."},
+			func() float64 { return float64(q.QueueDepth()) }))
+	}
 	m.Register(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolgate_approvals_pending",
 			Help: "Calls of this gateway waiting now for a pending approval to be resolved."},

@@ -234,6 +234,7 @@ func TestServeMetricsAfterScriptedCalls(t *testing.T) {
 		{"toolgate_approvals_pending", nil, 0},
 		{"toolgate_store_commit_duration_seconds", nil, 6}, // every call's outcome was stored
 		{"toolgate_store_unavailable_total", nil, 0},
+		{"toolgate_store_queue_depth", nil, 0}, // nothing waits once every call has answered
 		{"toolgate_approvals_resolved_total", map[string]string{"outcome": "approved"}, 0},
 	} {
 		got, ok := metricValue(fams[w.name], w.labels)

@@ -342,7 +342,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	mux.Handle("GET "+auth.MetadataPath, wellKnown)
 	mux.Handle("GET "+auth.MetadataPath+"/{path...}", wellKnown)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	registerServeMetrics(prom, pipe, webhooks, gw, refusals, ed, approvals)
+	registerServeMetrics(prom, pipe, webhooks, gw, refusals, ed, approvals, st)
 	if metricsLn == nil {
 		mux.Handle("GET /metrics", prom.Handler())
 	} else {

@@ -437,6 +437,11 @@ func (s *Store) resumeChain(ctx context.Context) (*receipt.Chain, error) {
 // closes every follower's channel, the listening connection and the
 // connection pool. Later calls fail with AuditUnavailable. Idempotent;
 // returns nil.
+// QueueDepth is the number of appends waiting for the writer now (the
+// group-commit queue, bounded by Options.QueueSize), for metrics. Safe for
+// concurrent use.
+func (s *Store) QueueDepth() int { return len(s.w.q) }
+
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

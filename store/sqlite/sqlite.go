@@ -590,6 +590,16 @@ func (s *Store) ChainError() error { return s.chainErr }
 // ChainID implements store.Receipts.ChainID.
 func (s *Store) ChainID() string { return s.signer.KeyID() }
 
+// QueueDepth is the number of appends waiting for the writer now (the
+// group-commit queue; bounded by Options.QueueSize), for metrics. 0 for a
+// read-only Store. Safe for concurrent use.
+func (s *Store) QueueDepth() int {
+	if s.w == nil {
+		return 0
+	}
+	return len(s.w.reqs)
+}
+
 // PublicKey implements store.Receipts.PublicKey.
 func (s *Store) PublicKey() ed25519.PublicKey { return s.signer.PublicKey() }
 
