@@ -105,23 +105,9 @@ func startGateway(ctx context.Context, bin, dir, echoURL, sessions, key string, 
 	if bin != "" {
 		cmd := exec.Command(bin, "serve", "--config", cfgFile)
 		cmd.Dir = gdir
-		cmd.Stdout, cmd.Stderr = pw, g.logs
-		setPdeathsig(cmd)
-		if err := cmd.Start(); err != nil {
+		if err := g.startChild(cmd, pw); err != nil {
 			return nil, fmt.Errorf("starting %s: %w", bin, err)
 		}
-		g.pid = cmd.Process.Pid
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); pw.Close(); close(exited) }()
-		g.stop = sync.OnceFunc(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
-		})
 	} else {
 		gctx, cancel := context.WithCancel(context.Background())
 		exited := make(chan struct{})
@@ -225,4 +211,29 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// startChild starts cmd as g's child process, its stdout into pw (closed
+// when it exits) and its stderr into g.logs, killed with this process
+// (setPdeathsig); g.stop sends it SIGTERM and, after 10 s, SIGKILL, and
+// waits for it. stop is idempotent.
+func (g *gateway) startChild(cmd *exec.Cmd, pw *io.PipeWriter) error {
+	cmd.Stdout, cmd.Stderr = pw, g.logs
+	setPdeathsig(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	g.pid = cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); pw.Close(); close(exited) }()
+	g.stop = sync.OnceFunc(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return nil
 }

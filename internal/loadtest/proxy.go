@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -102,24 +101,9 @@ func startProxy(ctx context.Context, self, upstream string) (g *gateway, err err
 	g = &gateway{logs: &tail{max: 16 << 10}}
 	pr, pw := io.Pipe()
 	if self != "" {
-		cmd := exec.Command(self, "proxy", "--upstream", upstream)
-		cmd.Stdout, cmd.Stderr = pw, g.logs
-		setPdeathsig(cmd)
-		if err := cmd.Start(); err != nil {
+		if err := g.startChild(exec.Command(self, "proxy", "--upstream", upstream), pw); err != nil {
 			return nil, fmt.Errorf("starting %s proxy: %w", self, err)
 		}
-		g.pid = cmd.Process.Pid
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); pw.Close(); close(exited) }()
-		g.stop = sync.OnceFunc(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
-		})
 	} else {
 		pctx, cancel := context.WithCancel(context.Background())
 		exited := make(chan struct{})
