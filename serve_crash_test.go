@@ -91,15 +91,7 @@ func TestKill9ServeClosesInterruptedCalls(t *testing.T) {
 	var started atomic.Int64
 	release := make(chan struct{})
 	server := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
-	server.AddTool(&mcp.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}},
-		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started.Add(1)
-			select {
-			case <-ctx.Done():
-			case <-release:
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil
-		})
+	addWaitTool(server, &started, release, "late")
 	server.AddTool(&mcp.Tool{Name: "quick", InputSchema: map[string]any{"type": "object"}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
@@ -262,4 +254,18 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.key)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// addWaitTool adds to server the tool "wait", which counts its start in
+// started and answers text once release is closed (or its ctx ends).
+func addWaitTool(server *mcp.Server, started *atomic.Int64, release <-chan struct{}, text string) {
+	server.AddTool(&mcp.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			started.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+		})
 }

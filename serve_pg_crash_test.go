@@ -77,15 +77,7 @@ func TestKill9PostgresReplicaClosesOnlyItsCalls(t *testing.T) {
 	var started atomic.Int64
 	release := make(chan struct{})
 	server := mcp.NewServer(&mcp.Implementation{Name: "slow", Version: "1"}, nil)
-	server.AddTool(&mcp.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}},
-		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started.Add(1)
-			select {
-			case <-ctx.Done():
-			case <-release:
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
-		})
+	addWaitTool(server, &started, release, "done")
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
 	// Cleanups run last first: the replicas (started below) are killed
 	// before the upstream waits for their streams to end.
