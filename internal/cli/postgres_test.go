@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -102,50 +101,7 @@ policy:
 		t.Fatalf("validate: %d %q %q", code, out, errOut)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	var errb strings.Builder
-	exited := make(chan int, 1)
-	go func() {
-		code := Main(ctx, []string{"serve", "--config", cfgFile}, strings.NewReader(""), pw, &errb)
-		pw.Close()
-		exited <- code
-	}()
-	defer func() {
-		cancel()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("serve did not stop")
-		}
-	}()
-	var mcpURL string
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if u, ok := strings.CutPrefix(sc.Text(), "toolgate: MCP gateway at "); ok {
-			mcpURL = u
-			break
-		}
-	}
-	go io.Copy(io.Discard, pr)
-	if mcpURL == "" {
-		t.Fatalf("serve printed no URL; stderr: %s", errb.String())
-	}
-	base := strings.TrimSuffix(mcpURL, "/mcp")
-	// Ready once the upstream's tools are listed (polled with a deadline).
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never became ready; stderr: %s", errb.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling /readyz
-	}
+	base, _ := startServeInProcess(t, cfgFile)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/calls", strings.NewReader(`{"toolId":"mcp:up.wait","args":{},"runId":"run_pg_1"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
