@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/policy"
@@ -24,7 +25,7 @@ import (
 )
 
 // Principal is who a call is attributed to: id, tenant, scopes, attributes.
-type Principal = policy.Principal
+type Principal = identity.Principal
 
 // Call is one tool call request; see pipeline.Call for the fields. Tool may
 // be any accepted spelling (canonical toolId, server.tool, server__tool,

@@ -14,6 +14,7 @@ import (
 	"cel.dev/cel-go/interpreter"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/glob"
 )
 
@@ -35,17 +36,12 @@ const (
 	LayerNoPolicy = "no-policy"
 )
 
-// Principal is who a call is attributed to (DESIGN.md vocabulary
-// "principal"; OpenWOP RFC 0064 `principal`). In conditions it is the typed
-// object `principal` with fields id, tenant (string), scopes (list(string))
-// and attributes (map(string, string)). Plain data: the policy only reads
-// it, so it may be shared by concurrent decisions if nobody mutates it.
-type Principal struct {
-	ID         string            `json:"id"`
-	Tenant     string            `json:"tenant,omitempty"`
-	Scopes     []string          `json:"scopes,omitempty"`
-	Attributes map[string]string `json:"attributes,omitempty"`
-}
+// Principal is who a call is attributed to: an alias of
+// identity.Principal, kept for compatibility with code written against
+// policy.Principal (new code names identity.Principal). In conditions it
+// is the typed object `principal` with fields id, tenant (string), scopes
+// (list(string)) and attributes (map(string, string)).
+type Principal = identity.Principal
 
 // Tool is the descriptor of the tool being decided (OpenWOP RFC 0078
 // ToolDescriptor, adapted from the catalog by the pipeline; this package

@@ -1,5 +1,5 @@
 // Package auth authenticates callers of toolgate's HTTP surfaces and turns
-// their credentials into a policy.Principal.
+// their credentials into a identity.Principal.
 //
 // Two kinds of credential are accepted:
 //
@@ -30,8 +30,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // DefaultRealm is the realm of the WWW-Authenticate challenge when
@@ -72,7 +72,7 @@ type Authenticator struct {
 
 type apiKey struct {
 	hash      [sha256.Size]byte
-	principal policy.Principal
+	principal identity.Principal
 }
 
 // New builds an Authenticator from cfg. It returns an *errcode.Error with
@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, er
 			len(k.KeySHA256) != 2*sha256.Size || strings.ToLower(k.KeySHA256) != k.KeySHA256 {
 			return nil, errcode.Errorf(errcode.InvalidConfig, "auth.api_keys[%d].key_sha256: want 64 lowercase hex characters (the sha256 of the key)", i)
 		}
-		ak.principal = policy.Principal{ID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes, Attributes: k.Attrs}
+		ak.principal = identity.Principal{ID: k.ID, Tenant: k.Tenant, Scopes: k.Scopes, Attributes: k.Attrs}
 		a.keys = append(a.keys, ak)
 	}
 	if cfg.JWT != nil {
@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, er
 // "invalid token signature", ... Each failure is counted by its Reason and
 // logged (Options.Refusals). Safe for concurrent use; the JWKS fetch, if
 // one is needed, is bounded by r's context.
-func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) {
+func (a *Authenticator) Authenticate(r *http.Request) (identity.Principal, error) {
 	p, err := a.authenticate(r)
 	if err != nil {
 		a.refusals.record(r, err)
@@ -142,34 +142,34 @@ func (a *Authenticator) Authenticate(r *http.Request) (policy.Principal, error) 
 	return p, err
 }
 
-func (a *Authenticator) authenticate(r *http.Request) (policy.Principal, error) {
+func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, error) {
 	if len(a.keys) == 0 && a.jwt == nil {
-		return policy.Principal{}, refused(ReasonNoMethod, "no authentication method is configured")
+		return identity.Principal{}, refused(ReasonNoMethod, "no authentication method is configured")
 	}
 	authz := r.Header.Values("Authorization")
 	xkey := r.Header.Values("X-API-Key")
 	switch {
 	case len(authz) == 0 && len(xkey) == 0:
-		return policy.Principal{}, refused(ReasonNoCredentials, "no credentials")
+		return identity.Principal{}, refused(ReasonNoCredentials, "no credentials")
 	case len(authz)+len(xkey) > 1:
-		return policy.Principal{}, refused(ReasonMultiple, "more than one credential presented (use one Authorization or X-API-Key header)")
+		return identity.Principal{}, refused(ReasonMultiple, "more than one credential presented (use one Authorization or X-API-Key header)")
 	case len(xkey) == 1:
 		key, err := credential(xkey[0])
 		if err != nil {
-			return policy.Principal{}, err
+			return identity.Principal{}, err
 		}
 		if p, ok := a.lookupKey(key); ok {
 			return p, nil
 		}
-		return policy.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
+		return identity.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
 	}
 	scheme, rest, _ := strings.Cut(authz[0], " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return policy.Principal{}, refused(ReasonScheme, "unsupported authorization scheme (want Bearer)")
+		return identity.Principal{}, refused(ReasonScheme, "unsupported authorization scheme (want Bearer)")
 	}
 	token, err := credential(rest)
 	if err != nil {
-		return policy.Principal{}, err
+		return identity.Principal{}, err
 	}
 	if p, ok := a.lookupKey(token); ok {
 		return p, nil
@@ -178,15 +178,15 @@ func (a *Authenticator) authenticate(r *http.Request) (policy.Principal, error) 
 	case a.jwt != nil && looksLikeJWT(token):
 		return a.jwt.verify(r.Context(), token)
 	case len(a.keys) > 0:
-		return policy.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
+		return identity.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
 	default:
-		return policy.Principal{}, invalidToken(ReasonMalformed, "malformed token (not a JWT)")
+		return identity.Principal{}, invalidToken(ReasonMalformed, "malformed token (not a JWT)")
 	}
 }
 
 // lookupKey hashes key and compares the hash with every configured hash in
 // constant time, so neither the match nor its position shows in the timing.
-func (a *Authenticator) lookupKey(key string) (policy.Principal, bool) {
+func (a *Authenticator) lookupKey(key string) (identity.Principal, bool) {
 	sum := sha256.Sum256([]byte(key))
 	found := -1
 	for i := range a.keys {
@@ -194,9 +194,9 @@ func (a *Authenticator) lookupKey(key string) (policy.Principal, bool) {
 		found = subtle.ConstantTimeSelect(eq, i, found)
 	}
 	if found < 0 {
-		return policy.Principal{}, false
+		return identity.Principal{}, false
 	}
-	return clonePrincipal(a.keys[found].principal), true
+	return a.keys[found].principal.Clone(), true
 }
 
 // credential trims the optional whitespace around a header value's
@@ -221,20 +221,6 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-func clonePrincipal(p policy.Principal) policy.Principal {
-	if p.Scopes != nil {
-		p.Scopes = append([]string(nil), p.Scopes...)
-	}
-	if p.Attributes != nil {
-		m := make(map[string]string, len(p.Attributes))
-		for k, v := range p.Attributes {
-			m[k] = v
-		}
-		p.Attributes = m
-	}
-	return p
 }
 
 // refusal marks an Unauthenticated error with its Reason and whether a
@@ -293,8 +279,8 @@ func NewKey() (string, error) {
 // configuration order (copies; JWT principals are not configured and so
 // not listed). The web console shows an admin which of them may see each
 // tool. Safe for concurrent use.
-func (a *Authenticator) Principals() []policy.Principal {
-	out := make([]policy.Principal, 0, len(a.keys))
+func (a *Authenticator) Principals() []identity.Principal {
+	out := make([]identity.Principal, 0, len(a.keys))
 	for _, k := range a.keys {
 		p := k.principal
 		p.Scopes = append([]string(nil), p.Scopes...)

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 )
 
 // Challenge writes the 401 response for err, an error from Authenticate
@@ -187,13 +187,13 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 type principalKey struct{}
 
 // WithPrincipal returns a copy of ctx carrying p.
-func WithPrincipal(ctx context.Context, p policy.Principal) context.Context {
+func WithPrincipal(ctx context.Context, p identity.Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
 // PrincipalFrom returns the principal stored by WithPrincipal (or
 // Middleware) and whether there was one.
-func PrincipalFrom(ctx context.Context) (policy.Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(policy.Principal)
+func PrincipalFrom(ctx context.Context) (identity.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(identity.Principal)
 	return p, ok
 }

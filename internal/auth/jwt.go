@@ -11,8 +11,8 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Default claim names when config.JWT leaves them empty.
@@ -104,34 +104,34 @@ func looksLikeJWT(token string) bool {
 	return true
 }
 
-func (jv *jwtVerifier) verify(ctx context.Context, token string) (policy.Principal, error) {
+func (jv *jwtVerifier) verify(ctx context.Context, token string) (identity.Principal, error) {
 	tok, err := jv.v.Verify(ctx, token)
 	if err != nil {
 		reason, msg := jwtFailure(ctx, err)
-		return policy.Principal{}, invalidToken(reason, msg)
+		return identity.Principal{}, invalidToken(reason, msg)
 	}
 	if tok.Subject == "" {
-		return policy.Principal{}, invalidToken(ReasonClaims, "token has no sub claim")
+		return identity.Principal{}, invalidToken(ReasonClaims, "token has no sub claim")
 	}
 	var claims map[string]json.RawMessage
 	if err := tok.Claims(&claims); err != nil {
-		return policy.Principal{}, invalidToken(ReasonClaims, "token claims are not a JSON object")
+		return identity.Principal{}, invalidToken(ReasonClaims, "token claims are not a JSON object")
 	}
-	p := policy.Principal{ID: tok.Subject}
+	p := identity.Principal{ID: tok.Subject}
 	if raw, ok := claims[jv.tenantClaim]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &p.Tenant); err != nil {
-			return policy.Principal{}, invalidToken(ReasonClaims, "token tenant claim is not a string")
+			return identity.Principal{}, invalidToken(ReasonClaims, "token tenant claim is not a string")
 		}
 	}
 	if p.Tenant == "" && jv.tenantRequired {
-		return policy.Principal{}, invalidToken(ReasonClaims, "token has no tenant claim")
+		return identity.Principal{}, invalidToken(ReasonClaims, "token has no tenant claim")
 	}
 	if raw, ok := claims[jv.scopesClaim]; ok && string(raw) != "null" {
 		var s string
 		if err := json.Unmarshal(raw, &s); err == nil {
 			p.Scopes = strings.Fields(s)
 		} else if err := json.Unmarshal(raw, &p.Scopes); err != nil {
-			return policy.Principal{}, invalidToken(ReasonClaims, "token scopes claim is neither a string nor an array of strings")
+			return identity.Principal{}, invalidToken(ReasonClaims, "token scopes claim is neither a string nor an array of strings")
 		}
 	}
 	return p, nil

@@ -48,9 +48,9 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Prefix is the path the console is served under.
@@ -110,7 +110,7 @@ type Options struct {
 	// keys'); a holder of httpapi.AdminScope sees on the Catalog page which
 	// of its own tenant's principals may see each tool (pipeline.Disclose
 	// for each).
-	Principals func() []policy.Principal
+	Principals func() []identity.Principal
 }
 
 // Console is the /ui/ handler. Safe for concurrent use; Close ends its
@@ -122,7 +122,7 @@ type Console struct {
 	sessions   *sessions
 	approvers  string
 	log        *slog.Logger
-	principals func() []policy.Principal
+	principals func() []identity.Principal
 	tmpl       *template.Template
 	static     http.Handler
 	mux        *http.ServeMux
@@ -213,11 +213,11 @@ type sessionAuth struct{ c *Console }
 
 // Authenticate returns the principal of r's live session. Errors:
 // *errcode.Error unauthenticated without one.
-func (a sessionAuth) Authenticate(r *http.Request) (policy.Principal, error) {
+func (a sessionAuth) Authenticate(r *http.Request) (identity.Principal, error) {
 	if se := a.c.current(r); se != nil {
 		return se.principal, nil
 	}
-	return policy.Principal{}, errcode.New(errcode.Unauthenticated, "no console session (sign in at /ui/signin)")
+	return identity.Principal{}, errcode.New(errcode.Unauthenticated, "no console session (sign in at /ui/signin)")
 }
 
 // Challenge answers 401 with the flat error envelope (no WWW-Authenticate:
@@ -292,7 +292,7 @@ func (c *Console) current(r *http.Request) *session {
 
 // check authenticates cred with SignIn exactly as the bearer credential of
 // an API request (r's context; none of r's own headers or body).
-func (c *Console) check(r *http.Request, cred string) (policy.Principal, error) {
+func (c *Console) check(r *http.Request, cred string) (identity.Principal, error) {
 	ar := r.Clone(r.Context())
 	ar.Header = http.Header{"Authorization": {"Bearer " + cred}}
 	ar.Body, ar.ContentLength = http.NoBody, 0
@@ -327,7 +327,7 @@ func (c *Console) apiProxy(w http.ResponseWriter, r *http.Request) {
 // pageData is what every page template receives.
 type pageData struct {
 	Page       string
-	Principal  policy.Principal
+	Principal  identity.Principal
 	CSRF       string
 	IsApprover bool
 	IsAdmin    bool
@@ -475,7 +475,7 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request, se *sessio
 	c.render(w, http.StatusOK, "catalog.html", d)
 }
 
-func catalogRows(ctx context.Context, pipe *pipeline.Pipeline, p policy.Principal) []catalogRow {
+func catalogRows(ctx context.Context, pipe *pipeline.Pipeline, p identity.Principal) []catalogRow {
 	var rows []catalogRow
 	for _, t := range pipe.Disclose(ctx, p) {
 		d := t.Descriptor
@@ -509,8 +509,8 @@ func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request, se *sess
 // /v1/policy/explain) and the policy's version and default.
 type policyData struct {
 	Version string
-	Default policy.Effect
-	Rules   []policy.RuleSummary
+	Default pipeline.Effect
+	Rules   []pipeline.RuleSummary
 }
 
 func (c *Console) policyPage(w http.ResponseWriter, r *http.Request, se *session) {

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 )
 
 // session is one signed-in browser: the principal the sign-in
 // authenticated, the credential it signed in with (checked again on every
 // request), its CSRF token and when it ends.
 type session struct {
-	principal policy.Principal
+	principal identity.Principal
 	cred      string
 	csrf      string
 	expires   time.Time
@@ -47,7 +47,7 @@ func randomToken() string {
 // create starts a session for p (signed in with cred) and returns its cookie value. Errors:
 // *errcode.Error rate_limited (429) when max live sessions exist (expired ones
 // are dropped first).
-func (s *sessions) create(p policy.Principal, cred string) (string, *session, error) {
+func (s *sessions) create(p identity.Principal, cred string) (string, *session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

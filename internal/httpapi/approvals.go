@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -42,7 +42,7 @@ func approvalView(a *store.Approval) ApprovalView {
 // expired|consumed|all]: the caller's tenant's approvals (default pending),
 // oldest first, as {approvals: [...]}. Approvers (Options.ApproversScope)
 // see every principal's; others only their own.
-func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	status := store.ApprovalStatus(r.URL.Query().Get("status"))
 	switch status {
 	case "":
@@ -71,7 +71,7 @@ func (h *Handler) listApprovals(w http.ResponseWriter, r *http.Request, p policy
 // unknown id or another tenant's; 409 conflict when it is not pending or
 // has expired.
 func (h *Handler) resolveApproval(approve bool) authedFunc {
-	return func(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		body, err := h.readBody(w, r)
 		if err != nil {
 			return err

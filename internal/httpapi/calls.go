@@ -9,9 +9,9 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/tracing"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // CallRequest is the body of POST /v1/calls. ToolID is required (any
@@ -107,7 +107,7 @@ func decodeCall(body []byte) (CallRequest, error) {
 //     two or more visible tools share the spelling), 413 oversize body;
 //   - 503 audit_unavailable / 500 internal_error when the call could not be
 //     recorded.
-func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -172,7 +172,7 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p policy.Prin
 // invalid_argument about a hidden tool's arguments both answer as unknown;
 // ambiguous_tool lists only visible candidates. A message echoing name
 // echoes it clipped (maxEcho).
-func (h *Handler) callError(r *http.Request, p policy.Principal, name string, res *pipeline.Result, err error) error {
+func (h *Handler) callError(r *http.Request, p identity.Principal, name string, res *pipeline.Result, err error) error {
 	e := errcode.As(err)
 	if e == nil {
 		return fmt.Errorf("running the call: %w", err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -35,7 +35,7 @@ type RunEvents struct {
 // itself is tenant-scoped. NextAfter is the sequence of the last event
 // scanned, shown or not. Errors: invalid_argument for a malformed after,
 // limit or type (validEventType).
-func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	runID := r.PathValue("runId")
 	q := r.URL.Query()
 	after := int64(-1)
@@ -108,7 +108,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p policy.Pri
 // closes or the handler is closed. Errors (before the stream starts):
 // invalid_argument for a malformed cursor, from or type;
 // audit_unavailable.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q := r.URL.Query()
 	cursor := r.Header.Get("Last-Event-ID")
 	if cursor == "" {

@@ -5,7 +5,8 @@ import (
 	"net/http"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
 // ExplainPrincipal is the principal an explanation is for: id (required),
@@ -36,18 +37,18 @@ type ExplainRequest struct {
 // per-rule trace (conditions, file positions), is included only for a
 // caller holding AdminScope. A plain value.
 type ExplainResponse struct {
-	ToolID         string             `json:"toolId"`
-	Principal      string             `json:"principal"`
-	Decision       policy.Effect      `json:"decision"`
-	Rule           string             `json:"rule"`
-	Layer          string             `json:"layer"`
-	Reason         string             `json:"reason"`
-	PolicyVersion  string             `json:"policyVersion,omitempty"`
-	RequiredScopes []string           `json:"requiredScopes,omitempty"`
-	MissingScopes  []string           `json:"missingScopes,omitempty"`
-	Disclosed      bool               `json:"disclosed"`
-	Error          string             `json:"error,omitempty"`
-	Rules          []policy.RuleTrace `json:"rules,omitempty"`
+	ToolID         string               `json:"toolId"`
+	Principal      string               `json:"principal"`
+	Decision       pipeline.Effect      `json:"decision"`
+	Rule           string               `json:"rule"`
+	Layer          string               `json:"layer"`
+	Reason         string               `json:"reason"`
+	PolicyVersion  string               `json:"policyVersion,omitempty"`
+	RequiredScopes []string             `json:"requiredScopes,omitempty"`
+	MissingScopes  []string             `json:"missingScopes,omitempty"`
+	Disclosed      bool                 `json:"disclosed"`
+	Error          string               `json:"error,omitempty"`
+	Rules          []pipeline.RuleTrace `json:"rules,omitempty"`
 }
 
 // decodeExplain parses a POST /v1/policy/explain body. Errors:
@@ -89,7 +90,7 @@ func decodeExplain(body []byte) (ExplainRequest, error) {
 // (a member given twice included) or arguments a call would refuse (a
 // duplicate key), ambiguous_tool as for POST /v1/calls, 413 for an oversize
 // body.
-func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller identity.Principal) error {
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -109,7 +110,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.
 			return errcode.New(errcode.Forbidden, "an admin may explain the policy only for principals of its own tenant").
 				WithDetails(map[string]any{"field": "principal.tenant"})
 		}
-		subject = policy.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
+		subject = identity.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
 	}
 	t, err := h.pipe.State().Catalog.Resolve(req.ToolID)
 	var target bool // a resource or prompt id, not a catalog tool
@@ -134,7 +135,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller policy.
 		}
 		return invalid("args", "arguments must be a JSON object: %s", clip(msg, 500))
 	}
-	var x policy.Explanation
+	var x pipeline.Explanation
 	if target {
 		x, err = h.pipe.ExplainTarget(r.Context(), subject, t, req.Args)
 	} else {

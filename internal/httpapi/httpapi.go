@@ -12,8 +12,8 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/store"
 )
@@ -42,7 +42,7 @@ const DefaultHeartbeat = 15 * time.Second
 // {"error":"unauthenticated","message":…}. Implementations must be safe
 // for concurrent use.
 type Authenticator interface {
-	Authenticate(r *http.Request) (policy.Principal, error)
+	Authenticate(r *http.Request) (identity.Principal, error)
 	Challenge(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -118,7 +118,7 @@ type Options struct {
 // *approval.Manager implements it. Safe for concurrent use.
 type Approvals interface {
 	List(ctx context.Context, tenant string, status store.ApprovalStatus) ([]store.Approval, error)
-	Resolve(ctx context.Context, approver policy.Principal, id string, approve bool, reason string) (*store.Approval, error)
+	Resolve(ctx context.Context, approver identity.Principal, id string, approve bool, reason string) (*store.Approval, error)
 }
 
 // Handler serves the OpenWOP HTTP surface (see the package doc for the
@@ -134,7 +134,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	maxBody int64
 
-	seamPolicy  *policy.Program
+	seamPolicy  *pipeline.Policy
 	seamLimiter atomic.Pointer[ratelimit.Memory]
 
 	done      chan struct{} // closed by Close: ends SSE streams
@@ -173,7 +173,7 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{opts: opts, pipe: opts.Pipeline, auth: opts.Auth, events: opts.Events, log: log,
 		maxBody: opts.MaxBodyBytes, done: make(chan struct{})}
 	if opts.TestSeams {
-		prg, err := seamPolicy()
+		prg, err := pipeline.SeamPolicy(seamUnevaluable)
 		if err != nil {
 			return nil, errcode.Wrap(errcode.Internal, err, "httpapi: compiling the seam policy")
 		}
@@ -280,7 +280,7 @@ func (h *Handler) Close() {
 // authedFunc is an endpoint behind authentication: it receives the
 // caller's principal and returns an error for writeError instead of writing
 // it (STYLE rule 23).
-type authedFunc func(w http.ResponseWriter, r *http.Request, p policy.Principal) error
+type authedFunc func(w http.ResponseWriter, r *http.Request, p identity.Principal) error
 
 // authed authenticates the request (401 through writeError on failure),
 // then runs fn and maps its error.
@@ -348,7 +348,7 @@ func (h *Handler) detach(r *http.Request) (context.Context, context.CancelFunc) 
 }
 
 // hasScope reports whether p holds scope.
-func hasScope(p policy.Principal, scope string) bool {
+func hasScope(p identity.Principal, scope string) bool {
 	for _, s := range p.Scopes {
 		if s == scope {
 			return true

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
 )
@@ -38,7 +38,7 @@ const (
 const receiptScanFactor = 10
 
 // auditReader refuses a caller without the audit scope.
-func (h *Handler) auditReader(p policy.Principal) error {
+func (h *Handler) auditReader(p identity.Principal) error {
 	if hasScope(p, h.opts.AuditScope) {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (h *Handler) auditReader(p policy.Principal) error {
 // Needs the audit scope (Options.AuditScope, config audit.readers_scope):
 // 403 forbidden without it. Errors: invalid_argument for a malformed from
 // or limit; audit_unavailable; internal_error for a corrupt chain (a gap).
-func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.auditReader(p); err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func readBatch(ctx context.Context, rs ReceiptStore, chain string, start, end ui
 // with hash; Content-Type application/json). An unknown receipt and
 // another tenant's answer 404 not_found with the same body. Needs the
 // audit scope (403 forbidden without it). Errors: audit_unavailable.
-func (h *Handler) getReceipt(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) getReceipt(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.auditReader(p); err != nil {
 		return err
 	}

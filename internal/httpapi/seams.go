@@ -12,8 +12,8 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/store"
 )
@@ -43,24 +43,6 @@ import (
 // seamUnevaluable is the principal attribute the seam sets when the
 // request has no grantedScopes.
 const seamUnevaluable = "scopes_unevaluable"
-
-// seamPolicy compiles the seam pipeline's policy: deny when scopes are
-// required but cannot be evaluated, else allow to principals holding the
-// tool's scopes (the descriptor scopes are always required), with a token
-// bucket on every tool.
-func seamPolicy() (*policy.Program, error) {
-	return policy.Compile(policy.Spec{
-		Default: policy.EffectDeny,
-		Rules: []policy.RuleSpec{
-			{ID: "seam-unevaluable", Effect: policy.EffectDeny, Tools: []string{"*"},
-				When:   `size(tool.scopes) > 0 && has(principal.attributes.` + seamUnevaluable + `)`,
-				Reason: "authorization cannot be evaluated: the request has no grantedScopes (fail closed)"},
-			{ID: "seam-allow", Effect: policy.EffectAllow, Tools: []string{"*"},
-				Reason: "the seam tool is allowed to principals holding its requiredScopes"},
-		},
-		RateLimits: []policy.RateLimitSpec{{Tools: []string{"*"}, Rate: "10/s", Burst: 60}},
-	}, policy.Options{Version: "openwop-seam"})
-}
 
 // exhausted is a ratelimit.Limiter whose every bucket is empty
 // (simulateRateLimitExhausted).
@@ -93,7 +75,7 @@ func seamTool(fail bool) pipeline.Invoker {
 //
 // The events it records belong to owner, the seam's caller, whatever
 // principal the call simulates: the caller reads them back.
-func (h *Handler) seamPipeline(owner policy.Principal, name string, scopes []string, limiter ratelimit.Limiter, fail bool) (*pipeline.Pipeline, string, error) {
+func (h *Handler) seamPipeline(owner identity.Principal, name string, scopes []string, limiter ratelimit.Limiter, fail bool) (*pipeline.Pipeline, string, error) {
 	name = strings.TrimPrefix(name, "native:")
 	id := catalog.NativeToolID(name)
 	d := catalog.ToolDescriptor{ToolID: id, Source: catalog.SourceHostExtension, SafetyTier: catalog.TierPure,
@@ -165,7 +147,7 @@ type InvokeResponse struct {
 // invalid_argument for a body without principal or toolName, an unusable
 // toolName (it must fit [A-Za-z0-9_./-]) or scopes, non-object args or an
 // unknown transport; audit_unavailable when the call could not be stored.
-func (h *Handler) seamInvoke(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+func (h *Handler) seamInvoke(w http.ResponseWriter, r *http.Request, caller identity.Principal) error {
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -199,7 +181,7 @@ func (h *Handler) seamInvoke(w http.ResponseWriter, r *http.Request, caller poli
 	if err != nil {
 		return err
 	}
-	principal := policy.Principal{ID: req.Principal, Tenant: caller.Tenant, Scopes: req.GrantedScopes}
+	principal := identity.Principal{ID: req.Principal, Tenant: caller.Tenant, Scopes: req.GrantedScopes}
 	if req.GrantedScopes == nil {
 		principal.Attributes = map[string]string{seamUnevaluable: "true"}
 	}
@@ -259,7 +241,7 @@ const probeTool = "openwop.session-probe"
 // completed when the call's status is ok, else failed), and records the
 // session in Options.Sessions when set. The events are content-free:
 // sessionId and toolId on the bracket, argsHash on the call.
-func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller identity.Principal) error {
 	body, err := h.readBody(w, r)
 	if err != nil {
 		return err
@@ -314,7 +296,7 @@ func (h *Handler) seamSessionRun(w http.ResponseWriter, r *http.Request, caller 
 
 // openSession records tool.session.opened (RFC 0078 §D) in run runID and,
 // with Options.Sessions, the open session.
-func (h *Handler) openSession(ctx context.Context, caller policy.Principal, runID, sessionID, toolID string) error {
+func (h *Handler) openSession(ctx context.Context, caller identity.Principal, runID, sessionID, toolID string) error {
 	tenant := caller.Tenant
 	now := time.Now()
 	if s := h.opts.Sessions; s != nil {
@@ -332,7 +314,7 @@ func (h *Handler) openSession(ctx context.Context, caller policy.Principal, runI
 
 // closeSession records tool.session.closed with outcome (completed or
 // failed) and closes the stored session.
-func (h *Handler) closeSession(ctx context.Context, caller policy.Principal, runID, sessionID, toolID, outcome string) error {
+func (h *Handler) closeSession(ctx context.Context, caller identity.Principal, runID, sessionID, toolID, outcome string) error {
 	tenant := caller.Tenant
 	now := time.Now()
 	p, err := audit.NewSessionClosed(sessionID, toolID, outcome)
@@ -370,7 +352,7 @@ type TestEvents struct {
 // carry no nodeId or correlationId, so those filters keep none. Events
 // naming a tool the caller may not see are left out (eventFilter), so a run
 // holding only such events answers like an unknown one.
-func (h *Handler) seamRunEvents(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+func (h *Handler) seamRunEvents(w http.ResponseWriter, r *http.Request, caller identity.Principal) error {
 	runID := r.PathValue("runId")
 	q := r.URL.Query()
 	f := h.newEventFilter(r.Context(), caller)
@@ -402,7 +384,7 @@ func (h *Handler) seamRunEvents(w http.ResponseWriter, r *http.Request, caller p
 // seamReset serves POST /v1/host/sample/test/reset: the seams' rate-limit
 // buckets start afresh. The event log and receipts are append-only audit
 // records and are not erased. Answers 200 {}.
-func (h *Handler) seamReset(w http.ResponseWriter, r *http.Request, _ policy.Principal) error {
+func (h *Handler) seamReset(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	if _, err := h.readBody(w, r); err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 )
 
 // listTools serves GET /v1/tools[?source=]: a bare JSON array of the
@@ -15,7 +15,7 @@ import (
 // principal.tenant, its tenant), sorted by toolId. `source` keeps one
 // source (node-pack, workflow, mcp, connector, host-extension); another
 // value, or `view` other than "standard", is invalid_argument (400).
-func (h *Handler) listTools(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) listTools(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q := r.URL.Query()
 	src := catalog.Source(q.Get("source"))
 	if q.Has("source") && !src.Valid() {
@@ -39,7 +39,7 @@ func (h *Handler) listTools(w http.ResponseWriter, r *http.Request, p policy.Pri
 // canonical toolId is exactly the (URL-decoded) path remainder, if the
 // caller may invoke it. An unknown id and an id the caller may not see get
 // the same 404 not_found answer, byte for byte.
-func (h *Handler) getTool(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) getTool(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	id := r.PathValue("toolId")
 	t, ok := h.pipe.State().Catalog.Lookup(id)
 	if !ok || !h.pipe.Visible(r.Context(), p, id) {
@@ -53,7 +53,7 @@ func (h *Handler) getTool(w http.ResponseWriter, r *http.Request, p policy.Princ
 // error listing only the candidates p may see when there are still two or
 // more, else the not-found answer (the other candidates must not be
 // disclosed).
-func (h *Handler) visibleCandidates(r *http.Request, p policy.Principal, name string, e *errcode.Error) error {
+func (h *Handler) visibleCandidates(r *http.Request, p identity.Principal, name string, e *errcode.Error) error {
 	var visible []string
 	if ids, ok := e.Details["candidates"].([]string); ok {
 		for _, id := range ids {

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/pipeline"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -49,7 +49,7 @@ import (
 // safe for concurrent use.
 type eventFilter struct {
 	h       *Handler
-	p       policy.Principal
+	p       identity.Principal
 	all     bool // the reader holds Options.AuditScope: every principal's events
 	state   *pipeline.State
 	tools   map[string]struct{} // visible canonical toolIds
@@ -57,7 +57,7 @@ type eventFilter struct {
 }
 
 // newEventFilter returns the filter of reader p, computed now.
-func (h *Handler) newEventFilter(ctx context.Context, p policy.Principal) *eventFilter {
+func (h *Handler) newEventFilter(ctx context.Context, p identity.Principal) *eventFilter {
 	f := &eventFilter{h: h, p: p, all: hasScope(p, h.opts.AuditScope)}
 	f.refresh(ctx)
 	return f

@@ -17,9 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/tracing"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Direct tools/call.
@@ -252,7 +252,7 @@ func loopback(hostport string) bool {
 // serveDirect answers r (whose body is body, authenticated as p) when it is
 // a tools/call it takes (see the comment at the top of the file) and
 // reports whether it did; when it returns false nothing was written.
-func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byte, p policy.Principal, sdk http.Handler) bool {
+func (g *Gateway) serveDirect(w http.ResponseWriter, r *http.Request, body []byte, p identity.Principal, sdk http.Handler) bool {
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" {
 		return false
@@ -354,7 +354,7 @@ const maxPooledResponse = 1 << 20
 // notifications/cancelled body names on session sid, if there is one and p
 // is the session's principal. The notification then goes on to the SDK,
 // which answers it.
-func (g *Gateway) cancelDirect(sid string, p policy.Principal, body []byte) {
+func (g *Gateway) cancelDirect(sid string, p identity.Principal, body []byte) {
 	if sid == "" || !bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
 		return
 	}

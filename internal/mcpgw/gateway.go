@@ -56,12 +56,12 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/glob"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/internal/version"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -92,7 +92,7 @@ type Native struct {
 type Options struct {
 	Config   *config.Config     // required
 	Pipeline *pipeline.Pipeline // required; the gateway installs its state
-	Policy   *policy.Program    // nil denies every call
+	Policy   *pipeline.Policy   // nil denies every call
 	Natives  []Native
 	Sessions store.Sessions // nil: session records are not kept (events still are)
 	Events   audit.Log      // for tool.session.* events; nil: none
@@ -127,7 +127,7 @@ type Gateway struct {
 	ambiguous map[string][]string
 
 	mu      sync.Mutex // serialises rebuild and policy swaps
-	policy  *policy.Program
+	policy  *pipeline.Policy
 	classes []config.ToolClass // tools: classification (reloadable), under mu
 	surface atomic.Pointer[surface]
 
@@ -370,7 +370,7 @@ func (g *Gateway) WaitReady(ctx context.Context) error {
 
 // SetPolicy installs a new policy atomically and tells connected sessions
 // that their tool lists may have changed.
-func (g *Gateway) SetPolicy(p *policy.Program) error {
+func (g *Gateway) SetPolicy(p *pipeline.Policy) error {
 	g.mu.Lock()
 	old := g.policy
 	g.policy = p
@@ -602,12 +602,12 @@ func (g *Gateway) Close() {
 }
 
 // principalOf returns the request's principal (set by the HTTP layer).
-func principalOf(req mcp.Request) (policy.Principal, bool) {
+func principalOf(req mcp.Request) (identity.Principal, bool) {
 	ex := req.GetExtra()
 	if ex == nil || ex.TokenInfo == nil {
-		return policy.Principal{}, false
+		return identity.Principal{}, false
 	}
-	p, ok := ex.TokenInfo.Extra[principalKey].(policy.Principal)
+	p, ok := ex.TokenInfo.Extra[principalKey].(identity.Principal)
 	return p, ok
 }
 
@@ -670,7 +670,7 @@ const pageSize = 100
 
 // listTools answers tools/list: exactly the tools whose decision could be
 // non-deny for p, sorted by name, paginated by cursor after filtering.
-func (g *Gateway) listTools(ctx context.Context, p policy.Principal, req *mcp.ListToolsRequest) (*mcp.ListToolsResult, error) {
+func (g *Gateway) listTools(ctx context.Context, p identity.Principal, req *mcp.ListToolsRequest) (*mcp.ListToolsResult, error) {
 	sf := g.surface.Load()
 	// Only the tools up to a full page are decided (issue 15.5: one page
 	// over 10,000 tools), not the whole catalog per request.
@@ -714,7 +714,7 @@ func decodeCursor(c string) (string, error) {
 }
 
 // disclosed reports whether toolID is in p's tool list.
-func (g *Gateway) disclosed(ctx context.Context, p policy.Principal, toolID string) bool {
+func (g *Gateway) disclosed(ctx context.Context, p identity.Principal, toolID string) bool {
 	return g.pipe.Visible(ctx, p, toolID)
 }
 
@@ -726,7 +726,7 @@ func unknownTool(name string) error {
 }
 
 // callTool answers tools/call through the pipeline.
-func (g *Gateway) callTool(ctx context.Context, ds *dsession, p policy.Principal, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (g *Gateway) callTool(ctx context.Context, ds *dsession, p identity.Principal, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	params := req.Params
 	if params == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}

@@ -20,9 +20,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Handler returns the /mcp endpoint: Streamable HTTP, in this order:
@@ -187,7 +187,7 @@ type rpcHead struct {
 // finishSDK writes the SDK's answer held back by sw, rewritten where the
 // SDK's plain-text answer would tell the client more than an unknown
 // session does, or is not the JSON-RPC error the protocol has for it.
-func (g *Gateway) finishSDK(sw *sdkWriter, r *http.Request, p policy.Principal, msg rpcHead) {
+func (g *Gateway) finishSDK(sw *sdkWriter, r *http.Request, p identity.Principal, msg rpcHead) {
 	if !sw.held {
 		return
 	}
@@ -319,7 +319,7 @@ func (g *Gateway) sessionTimeout() time.Duration {
 // failure (*auth.Authenticator, or a wrapper that swaps it on reload).
 // Implementations must be safe for concurrent use.
 type Authenticator interface {
-	Authenticate(r *http.Request) (policy.Principal, error)
+	Authenticate(r *http.Request) (identity.Principal, error)
 	Challenge(w http.ResponseWriter, r *http.Request, err error)
 }
 

@@ -12,8 +12,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Session caps (issue 12 §4): mcp.max_sessions MCP sessions in all and
@@ -54,7 +54,7 @@ func newSessionLimits(c config.MCP) *sessionLimits {
 }
 
 // principalKey identifies p for the per-principal cap.
-func limitKey(p policy.Principal) string { return p.Tenant + "\x00" + p.ID }
+func limitKey(p identity.Principal) string { return p.Tenant + "\x00" + p.ID }
 
 // sessionSlot is one place under the caps. Its state moves once from
 // reserved to held (claim) and once to released (release, or
@@ -73,7 +73,7 @@ const (
 
 // reserve takes a place for a new session of p. It answers nil and the
 // HTTP status and JSON-RPC error of the refusal when a cap is reached.
-func (l *sessionLimits) reserve(p policy.Principal) (*sessionSlot, int, *refusal) {
+func (l *sessionLimits) reserve(p identity.Principal) (*sessionSlot, int, *refusal) {
 	key := limitKey(p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -165,7 +165,7 @@ const slotExtraKey = "toolgate/sessionSlot"
 // (body) of p would open. When a cap is reached it writes the refusal (HTTP
 // 429 or 503 with a JSON-RPC error answering the request's id) and returns
 // nil.
-func (g *Gateway) admitSession(w http.ResponseWriter, body []byte, p policy.Principal) *sessionSlot {
+func (g *Gateway) admitSession(w http.ResponseWriter, body []byte, p identity.Principal) *sessionSlot {
 	slot, status, ref := g.limits.reserve(p)
 	if slot != nil {
 		return slot

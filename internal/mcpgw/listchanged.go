@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 )
 
 // Tool list changes (issue 13 §14): an upstream's tools/list_changed is
@@ -44,7 +43,7 @@ func (g *Gateway) scheduleRefresh(u *upstream, cs *mcp.ClientSession) {
 
 // viewDigest is a digest of the tools p may see, with their definitions as
 // tools/list answers them (digests cached in the surface).
-func (g *Gateway) viewDigest(ctx context.Context, p policy.Principal) [32]byte {
+func (g *Gateway) viewDigest(ctx context.Context, p identity.Principal) [32]byte {
 	sf := g.surface.Load()
 	h := sha256.New()
 	visible := g.pipe.VisibleFunc(ctx, p)

@@ -17,7 +17,7 @@ import (
 	"github.com/toolgate/toolgate/approval"
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -31,7 +31,7 @@ type dsession struct {
 	g         *Gateway
 	id        string // the MCP session id ("" for a session-less request)
 	ss        *mcp.ServerSession
-	principal policy.Principal
+	principal identity.Principal
 
 	mu       sync.Mutex
 	conns    map[string]*conn         // per_client upstream sessions, by server
@@ -50,7 +50,7 @@ type dsession struct {
 
 // dsession returns the state of ss, creating it (and a watcher that closes
 // it when ss ends) on first use.
-func (g *Gateway) dsession(ss *mcp.ServerSession, p policy.Principal) *dsession {
+func (g *Gateway) dsession(ss *mcp.ServerSession, p identity.Principal) *dsession {
 	if ss == nil || ss.ID() == "" {
 		return &dsession{g: g, principal: p, conns: map[string]*conn{}, ready: map[string]chan struct{}{}, opened: map[string]string{}}
 	}

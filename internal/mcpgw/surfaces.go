@@ -16,10 +16,10 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/tracing"
-	"github.com/toolgate/toolgate/policy"
 )
 
 // Resources, prompts and completions (DESIGN.md Surfaces: no MCP method
@@ -62,7 +62,7 @@ const CodeRefused = -32010
 // since either may change which resources and prompts a session is shown
 // (the SDK sends them when its own registries change; the gateway's lists
 // ignore those registries).
-func (g *Gateway) notifySurfacesChanged(oldPolicy, newPolicy *policy.Program, oldClasses, newClasses []config.ToolClass) {
+func (g *Gateway) notifySurfacesChanged(oldPolicy, newPolicy *pipeline.Policy, oldClasses, newClasses []config.ToolClass) {
 	if g.closed.Load() || (oldPolicy.Version() == newPolicy.Version() && (oldPolicy == nil) == (newPolicy == nil) &&
 		reflect.DeepEqual(oldClasses, newClasses)) {
 		return
@@ -172,7 +172,7 @@ func (g *Gateway) listFailed(server, method string, err error) {
 // listResources answers resources/list: the resources of every server that
 // advertises resources and whose resources p may use, each shown iff its
 // URI could be read (one decision per URI).
-func (g *Gateway) listResources(ctx context.Context, ds *dsession, p policy.Principal, _ *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
+func (g *Gateway) listResources(ctx context.Context, ds *dsession, p identity.Principal, _ *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
 	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
 	for _, server := range g.serversWith(hasResources) {
 		t := g.resourceTarget(server)
@@ -206,7 +206,7 @@ func (g *Gateway) listResources(ctx context.Context, ds *dsession, p policy.Prin
 // listResourceTemplates answers resources/templates/list: the templates of
 // every server that advertises resources and some of whose URIs p could
 // read (a template names no URI, so the decision is the server's).
-func (g *Gateway) listResourceTemplates(ctx context.Context, ds *dsession, p policy.Principal, _ *mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error) {
+func (g *Gateway) listResourceTemplates(ctx context.Context, ds *dsession, p identity.Principal, _ *mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error) {
 	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
 	for _, server := range g.serversWith(hasResources) {
 		if !g.pipe.DiscloseTarget(ctx, p, g.resourceTarget(server), nil) {
@@ -241,7 +241,7 @@ func (g *Gateway) listResourceTemplates(ctx context.Context, ds *dsession, p pol
 // prefixed). The names come from the server's shared session, so that a
 // principal who may see none of a server's prompts starts no upstream
 // session for it.
-func (g *Gateway) listPrompts(ctx context.Context, _ *dsession, p policy.Principal, _ *mcp.ListPromptsRequest) (*mcp.ListPromptsResult, error) {
+func (g *Gateway) listPrompts(ctx context.Context, _ *dsession, p identity.Principal, _ *mcp.ListPromptsRequest) (*mcp.ListPromptsResult, error) {
 	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
 	for _, server := range g.serversWith(hasPrompts) {
 		cs, err := g.ups[server].shared.session()
@@ -391,7 +391,7 @@ func unknownPrompt(name string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown prompt %q", name)}
 }
 
-func (g *Gateway) readResource(ctx context.Context, ds *dsession, p policy.Principal, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+func (g *Gateway) readResource(ctx context.Context, ds *dsession, p identity.Principal, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	if req.Params == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
 	}
@@ -409,7 +409,7 @@ func (g *Gateway) readResource(ctx context.Context, ds *dsession, p policy.Princ
 		})
 }
 
-func (g *Gateway) getPrompt(ctx context.Context, ds *dsession, p policy.Principal, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+func (g *Gateway) getPrompt(ctx context.Context, ds *dsession, p identity.Principal, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 	if req.Params == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
 	}
@@ -541,7 +541,7 @@ func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 // _meta) once the outcome is recorded; refused answers a forbidden
 // decision; the upstream's own JSON-RPC error is relayed (scrubbed of
 // secrets); any other failure answers CodeRefused.
-func gatedCall[R any](ctx context.Context, g *Gateway, ds *dsession, p policy.Principal, t *catalog.Tool, meta mcp.Meta, args any,
+func gatedCall[R any](ctx context.Context, g *Gateway, ds *dsession, p identity.Principal, t *catalog.Tool, meta mcp.Meta, args any,
 	refused func(*pipeline.Result) error, run func(context.Context, *mcp.ClientSession) (R, error)) (R, error) {
 	var zero R
 	raw, err := json.Marshal(args)
