@@ -153,7 +153,9 @@ type Manager struct {
 	mu   sync.Mutex
 	wake map[string][]chan struct{} // approval id → waiters
 
-	approved, denied atomic.Int64 // Resolve's resolutions since New
+	approved, denied atomic.Int64        // resolutions since New (Resolve and in-band answers)
+	expired          atomic.Int64        // approvals seen expired since New, each once
+	expiredSeen      map[string]struct{} // ids counted in expired (under mu; bounded by maxExpiredSeen)
 }
 
 // Waiting is the number of calls of this Manager waiting now for a
@@ -170,10 +172,38 @@ func (m *Manager) Waiting() int {
 	return n
 }
 
-// Resolved is the number of approvals Resolve approved and denied since
-// New (the metric toolgate_approvals_resolved_total{outcome}). Safe for
+// Resolved is the number of approvals approved and denied since New, by an
+// approver (Resolve) or in-band by the calling user (the metric
+// toolgate_approvals_resolved_total{outcome="approved"|"denied"}). Safe for
 // concurrent use.
 func (m *Manager) Resolved() (approved, denied int64) { return m.approved.Load(), m.denied.Load() }
+
+// Expired is the number of approvals this Manager saw expire unresolved
+// since New: a waiting call reached the approval's expiry, or a retry found
+// its pending approval expired and requested a new one. Each approval is
+// counted once however many calls saw it (the metric
+// toolgate_approvals_resolved_total{outcome="expired"}); one nobody waited
+// for or retried is not seen, so not counted. Safe for concurrent use.
+func (m *Manager) Expired() int64 { return m.expired.Load() }
+
+// maxExpiredSeen bounds the ids remembered to count each expiry once; past
+// it the memory starts afresh (an approval seen expired again after that is
+// counted again).
+const maxExpiredSeen = 4096
+
+// sawExpired counts approval id as expired, once.
+func (m *Manager) sawExpired(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.expiredSeen[id]; ok {
+		return
+	}
+	if len(m.expiredSeen) >= maxExpiredSeen {
+		clear(m.expiredSeen)
+	}
+	m.expiredSeen[id] = struct{}{}
+	m.expired.Add(1)
+}
 
 // New returns a Manager. Errors: InvalidConfig without a Store or with a
 // negative duration.
@@ -212,7 +242,7 @@ func New(opts Options) (*Manager, error) {
 		opts.BindingKey = make([]byte, 32)
 		rand.Read(opts.BindingKey)
 	}
-	return &Manager{opts: opts, wake: map[string][]chan struct{}{}}, nil
+	return &Manager{opts: opts, wake: map[string][]chan struct{}{}, expiredSeen: map[string]struct{}{}}, nil
 }
 
 // Wait is the configured wait.
@@ -274,10 +304,14 @@ func (m *Manager) Await(ctx context.Context, b Binding) (string, *errcode.Error)
 				msg += ": " + cur.Reason
 			}
 			return "", errcode.New(errcode.ApprovalDenied, msg).WithDetails(map[string]any{"approvalId": cur.ID, "toolName": b.ToolID})
-		case store.ApprovalExpired, store.ApprovalConsumed:
+		case store.ApprovalExpired:
+			m.sawExpired(cur.ID)
+			return "", expired(cur)
+		case store.ApprovalConsumed:
 			return "", expired(cur)
 		}
 		if !cur.ExpiresAt.IsZero() && !m.opts.Now().Before(cur.ExpiresAt) {
+			m.sawExpired(cur.ID)
 			return "", expired(cur)
 		}
 		select {
@@ -317,6 +351,11 @@ func (m *Manager) askUser(ctx context.Context, b Binding, a *store.Approval, ask
 	m.event(wctx, b.RunID, b.Tenant, b.Principal, TypeResolved, map[string]any{
 		"approvalId": a.ID, "toolId": b.ToolID, "status": string(res.Status), "resolvedBy": "user:" + b.Principal, "reason": reason, "inBand": true,
 	})
+	if approve {
+		m.approved.Add(1)
+	} else {
+		m.denied.Add(1)
+	}
 	if !approve {
 		return "", errcode.Errorf(errcode.ApprovalDenied, "%s: the user declined the call", b.ToolID).
 			WithDetails(map[string]any{"approvalId": a.ID, "toolName": b.ToolID}), true
@@ -379,9 +418,13 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 	}
 	now := m.opts.Now()
 	for i := range as {
-		if matches(&as[i], b) && (as[i].ExpiresAt.IsZero() || now.Before(as[i].ExpiresAt)) {
+		if !matches(&as[i], b) {
+			continue
+		}
+		if as[i].ExpiresAt.IsZero() || now.Before(as[i].ExpiresAt) {
 			return &as[i], nil
 		}
+		m.sawExpired(as[i].ID) // pending past its expiry: a new one is requested
 	}
 	a := &store.Approval{ID: newID(), Tenant: b.Tenant, Principal: b.Principal, ToolID: b.ToolID, ArgsHash: b.ArgsHash,
 		ArgsBinding: b.binding, ArgsSummary: m.opts.Redactor.RedactString(b.ArgsSummary), CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}

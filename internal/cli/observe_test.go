@@ -42,7 +42,7 @@ type observeServe struct {
 func startObserveServe(t *testing.T) *observeServe {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "obs", Version: "1"}, nil)
-	for _, name := range []string{"ok", "lim", "file"} {
+	for _, name := range []string{"ok", "lim", "file", "apr"} {
 		mcp.AddTool(s, &mcp.Tool{Name: name}, func(context.Context, *mcp.CallToolRequest, map[string]any) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
 		})
@@ -57,7 +57,8 @@ func startObserveServe(t *testing.T) *observeServe {
 	o := &observeServe{keys: map[string]string{}, keyFile: filepath.Join(dir, "toolgate.key"), dir: dir}
 	var keys strings.Builder
 	for _, k := range []struct{ id, tenant, scopes string }{
-		{"auditor-one", "t1", "[toolgate:audit]"}, {"caller-one", "t1", "[]"}, {"auditor-two", "t2", "[toolgate:audit]"}} {
+		{"auditor-one", "t1", "[toolgate:audit]"}, {"caller-one", "t1", "[]"}, {"auditor-two", "t2", "[toolgate:audit]"},
+		{"approver-one", "t1", "[toolgate:approve]"}} {
 		key, err := auth.NewKey()
 		if err != nil {
 			t.Fatal(err)
@@ -77,9 +78,11 @@ policy:
   default: deny
   rules:
     - {id: no-etc, effect: deny, tools: ["mcp:up.file"], when: 'has(args.path) && args.path.startsWith("/etc")'}
+    - {id: apr, effect: require_approval, tools: ["mcp:up.apr"]}
     - {id: all, effect: allow, tools: ["mcp:up.*"]}
   ratelimits:
     - {tools: ["mcp:up.lim"], per: principal_tool, rate: 1/h, burst: 1}
+approvals: {ttl: 3s, wait: 60s}
 `, filepath.Join(dir, "toolgate.db"), o.keyFile, keys.String(), up.URL)
 	cfgFile := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
@@ -246,6 +249,22 @@ func TestServeMetricsAfterScriptedCalls(t *testing.T) {
 		if fams[name] == nil {
 			t.Errorf("no %s (Go runtime and process collectors)", name)
 		}
+	}
+	// Approvals: one approved, one denied (each while its call waits),
+	// one left to expire under its waiting call; every outcome is counted.
+	o.approvalOutcomes(t)
+	fams = o.scrape(t)
+	for _, w := range []struct {
+		outcome string
+		want    float64
+	}{{"approved", 1}, {"denied", 1}, {"expired", 1}} {
+		got, ok := metricValue(fams["toolgate_approvals_resolved_total"], map[string]string{"outcome": w.outcome})
+		if !ok || got != w.want {
+			t.Errorf("toolgate_approvals_resolved_total{outcome=%q} = %v (found %v), want %v", w.outcome, got, ok, w.want)
+		}
+	}
+	if got, _ := metricValue(fams["toolgate_approvals_pending"], nil); got != 0 {
+		t.Errorf("toolgate_approvals_pending = %v after every approval ended, want 0", got)
 	}
 	// No principal label anywhere.
 	for name, f := range fams {
@@ -427,5 +446,80 @@ func TestServeReceiptsOverHTTP(t *testing.T) {
 	codeNone, none := o.get(t, "auditor-two", http.MethodGet, "/v1/receipts/rcpt_nope", "")
 	if codeOther != 404 || codeNone != 404 || strings.ReplaceAll(other, t1IDs[1], "ID") != strings.ReplaceAll(none, "rcpt_nope", "ID") {
 		t.Errorf("another tenant's receipt: %d %s; unknown: %d %s", codeOther, other, codeNone, none)
+	}
+}
+
+// scrape reads and parses the metrics listener's exposition.
+func (o *observeServe) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(o.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the exposition does not parse: %v", err)
+	}
+	return fams
+}
+
+// approvalOutcomes runs three calls of mcp:up.apr (require_approval, ttl
+// 3s) as caller-one: approver-one approves the first while it waits (it
+// runs), denies the second (approval_denied), and lets the third expire
+// (approval_expired once its waiting call reaches the expiry).
+func (o *observeServe) approvalOutcomes(t *testing.T) {
+	t.Helper()
+	type answer struct {
+		code int
+		body map[string]any
+	}
+	pending := func(n int) string {
+		var id string
+		waitUntil(t, 30*time.Second, "approval pending", func() bool {
+			code, body := o.get(t, "approver-one", http.MethodGet, "/v1/approvals", "")
+			var l struct {
+				Approvals []struct {
+					ID          string `json:"id"`
+					ArgsSummary string `json:"argsSummary"`
+				} `json:"approvals"`
+			}
+			if code != 200 || json.Unmarshal([]byte(body), &l) != nil {
+				t.Fatalf("GET /v1/approvals: %d %s", code, body)
+			}
+			for _, a := range l.Approvals {
+				if strings.Contains(a.ArgsSummary, fmt.Sprintf(`"n":%d`, n)) {
+					id = a.ID
+					return true
+				}
+			}
+			return false
+		})
+		return id
+	}
+	for n, verb := range map[int]string{1: "approve", 2: "deny"} {
+		done := make(chan answer, 1)
+		go func() {
+			code, body := o.get(t, "caller-one", http.MethodPost, "/v1/calls", fmt.Sprintf(`{"toolId":"mcp:up.apr","args":{"n":%d}}`, n))
+			var m map[string]any
+			_ = json.Unmarshal([]byte(body), &m)
+			done <- answer{code, m}
+		}()
+		id := pending(n)
+		if code, body := o.get(t, "approver-one", http.MethodPost, "/v1/approvals/"+id+"/"+verb, `{"reason":"metrics test"}`); code != 200 {
+			t.Fatalf("%s %s: %d %s", verb, id, code, body)
+		}
+		a := <-done
+		if verb == "approve" && (a.code != 200 || a.body["status"] != "ok") {
+			t.Fatalf("approved call: %d %v", a.code, a.body)
+		}
+		if verb == "deny" && !strings.Contains(fmt.Sprint(a.body), "approval_denied") {
+			t.Fatalf("denied call: %d %v", a.code, a.body)
+		}
+	}
+	code, body := o.get(t, "caller-one", http.MethodPost, "/v1/calls", `{"toolId":"mcp:up.apr","args":{"n":3}}`)
+	if !strings.Contains(body, "approval_expired") {
+		t.Fatalf("unresolved call: %d %s, want approval_expired", code, body)
 	}
 }
