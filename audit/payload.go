@@ -341,6 +341,7 @@ type ToolReturned struct {
 	err        *ErrorObject
 	durationMs int64
 	ran        bool
+	receiptID  string
 }
 
 // durationMillis converts d to whole milliseconds, rounding down; a negative
@@ -452,6 +453,19 @@ func (r ToolReturned) DurationMs() (int64, bool) { return r.durationMs, r.ran }
 // Ref returns the call the event answers.
 func (r ToolReturned) Ref() CallRef { return r.ref }
 
+// WithReceipt returns r naming id as the call's receipt (the member
+// "receiptId", a toolgate extension: the agentToolReturned schema allows
+// additional properties), so an audit reader can fetch it from GET
+// /v1/receipts/{receiptId}. "" removes it. Validate requires 1–256 bytes of
+// valid UTF-8 when set.
+func (r ToolReturned) WithReceipt(id string) ToolReturned {
+	r.receiptID = id
+	return r
+}
+
+// ReceiptID returns the receipt the event names ("" when none).
+func (r ToolReturned) ReceiptID() string { return r.receiptID }
+
 // Validate checks r against agentToolReturned and the RFC 0064 §F rules
 // listed on ToolReturned. Every ToolReturned built by this package's
 // constructors passes except ReturnedOK with an invalid ref; the zero value
@@ -465,6 +479,11 @@ func (r ToolReturned) Validate() error {
 	}
 	if err := r.ref.check(); err != nil {
 		return err
+	}
+	if r.receiptID != "" {
+		if err := checkID("receiptId", r.receiptID, 1, 256); err != nil {
+			return err
+		}
 	}
 	if r.durationMs < 0 {
 		return invalid("durationMs", "invalid agent.toolReturned: durationMs must be >= 0")
@@ -512,6 +531,7 @@ type returnedWire struct {
 	Outcome      json.RawMessage `json:"outcome,omitempty"`
 	Error        *ErrorObject    `json:"error,omitempty"`
 	DurationMs   *int64          `json:"durationMs,omitempty"`
+	ReceiptID    string          `json:"receiptId,omitempty"`
 }
 
 // MarshalJSON encodes r (see ToolReturned for the shape), byte for byte as
@@ -555,6 +575,10 @@ func (r *ToolReturned) appendJSON(b []byte) ([]byte, error) {
 	if r.ran {
 		b = append(b, `,"durationMs":`...)
 		b = strconv.AppendInt(b, r.durationMs, 10)
+	}
+	if r.receiptID != "" {
+		b = append(b, `,"receiptId":`...)
+		b = appendJSONString(b, r.receiptID)
 	}
 	return append(b, '}'), nil
 }
@@ -618,10 +642,11 @@ func (r *ToolReturned) UnmarshalJSON(data []byte) error {
 		return errcode.Wrap(errcode.InvalidArgument, err, "decode agent.toolReturned")
 	}
 	v := ToolReturned{
-		ref:     CallRef{AgentID: w.AgentID, ToolName: w.ToolName, CallID: w.CallID, ParentCallID: w.ParentCallID},
-		status:  w.Status,
-		outcome: w.Outcome,
-		err:     w.Error,
+		ref:       CallRef{AgentID: w.AgentID, ToolName: w.ToolName, CallID: w.CallID, ParentCallID: w.ParentCallID},
+		status:    w.Status,
+		outcome:   w.Outcome,
+		err:       w.Error,
+		receiptID: w.ReceiptID,
 	}
 	if w.DurationMs != nil {
 		v.durationMs, v.ran = *w.DurationMs, true

@@ -314,7 +314,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	apiOpts := httpapi.Options{Pipeline: pipe, Auth: authn, Events: st, Sessions: st,
 		Receipts: store.ReceiptLog(st), TestSeams: cfg.OpenWOP.TestSeams, SessionLifecycle: upstreamSessions,
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
-		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st}
+		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st,
+		ReceiptKeys: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}}
 	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"io"
 	"log/slog"
@@ -112,6 +113,12 @@ type Options struct {
 	// /v1/receipts/{receiptId} (to callers with AuditScope); nil leaves
 	// those routes out. Every store.Store implements it.
 	ReceiptStore ReceiptStore
+	// ReceiptKeys are the Ed25519 public keys GET
+	// /v1/receipts/{receiptId}/verify trusts (this gateway's signing key,
+	// and other replicas' to check their chains); a receipt of a chain
+	// whose key is not here fails its signature check. Empty: that route
+	// is left out.
+	ReceiptKeys []ed25519.PublicKey
 }
 
 // Approvals is the approval inbox the HTTP surface serves;
@@ -202,6 +209,9 @@ func (h *Handler) routes() {
 	if h.opts.ReceiptStore != nil {
 		m.Handle("GET /v1/receipts", h.authed(h.listReceipts))
 		m.Handle("GET /v1/receipts/{receiptId}", h.authed(h.getReceipt))
+		if len(h.opts.ReceiptKeys) > 0 {
+			m.Handle("GET /v1/receipts/{receiptId}/verify", h.authed(h.verifyReceipt))
+		}
 	}
 	if h.opts.TestSeams {
 		m.Handle("POST /v1/host/sample/toolhooks/invoke", h.authed(h.seamInvoke))

@@ -1063,6 +1063,8 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 	if err != nil {
 		return p.internal(res, err)
 	}
+	res.ReceiptID = newID("rcpt_") // named by the event, used by newReceipt
+	tr = tr.WithReceipt(res.ReceiptID)
 	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)
@@ -1154,6 +1156,8 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 			return p.internal(res, err)
 		}
 	}
+	res.ReceiptID = newID("rcpt_") // named by the event, used by newReceipt
+	tr = tr.WithReceipt(res.ReceiptID)
 	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, cs.called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)
@@ -1321,7 +1325,9 @@ type receiptBox struct {
 // ReceiptID.
 func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 	res := cs.res
-	res.ReceiptID = newID("rcpt_")
+	if res.ReceiptID == "" {
+		res.ReceiptID = newID("rcpt_")
+	}
 	box := new(receiptBox)
 	r := &box.r
 	*r = receipt.Receipt{
