@@ -18,6 +18,7 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -135,14 +136,35 @@ func New(ctx context.Context, cfg config.Auth, opts Options) (*Authenticator, er
 // logged (Options.Refusals). Safe for concurrent use; the JWKS fetch, if
 // one is needed, is bounded by r's context.
 func (a *Authenticator) Authenticate(r *http.Request) (identity.Principal, error) {
-	p, err := a.authenticate(r)
-	if err != nil {
-		a.refusals.record(r, err)
-	}
+	p, _, err := a.AuthenticateCredential(r)
 	return p, err
 }
 
-func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, error) {
+// AuthenticateCredential is Authenticate that also returns the
+// secret-free identity.Credential of what it accepted (method; an API key's
+// id and keyed digest; a JWT's expiry), for a caller that must check the
+// same sign-in again later without keeping the secret (the web console's
+// sessions: Recheck). Errors and refusal counting as Authenticate. Safe for
+// concurrent use.
+func (a *Authenticator) AuthenticateCredential(r *http.Request) (identity.Principal, identity.Credential, error) {
+	p, c, err := a.authenticate(r)
+	if err != nil {
+		a.refusals.record(r, err)
+		return identity.Principal{}, identity.Credential{}, err
+	}
+	return p, c, nil
+}
+
+func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, identity.Credential, error) {
+	var c identity.Credential
+	p, err := a.authenticatePrincipal(r, &c)
+	if err != nil {
+		return identity.Principal{}, identity.Credential{}, err
+	}
+	return p, c, nil
+}
+
+func (a *Authenticator) authenticatePrincipal(r *http.Request, cred *identity.Credential) (identity.Principal, error) {
 	if len(a.keys) == 0 && a.jwt == nil {
 		return identity.Principal{}, refused(ReasonNoMethod, "no authentication method is configured")
 	}
@@ -158,7 +180,7 @@ func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, error
 		if err != nil {
 			return identity.Principal{}, err
 		}
-		if p, ok := a.lookupKey(key); ok {
+		if p, ok := a.lookupKey(key, cred); ok {
 			return p, nil
 		}
 		return identity.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
@@ -171,12 +193,16 @@ func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, error
 	if err != nil {
 		return identity.Principal{}, err
 	}
-	if p, ok := a.lookupKey(token); ok {
+	if p, ok := a.lookupKey(token, cred); ok {
 		return p, nil
 	}
 	switch {
 	case a.jwt != nil && looksLikeJWT(token):
-		return a.jwt.verify(r.Context(), token)
+		p, exp, err := a.jwt.verify(r.Context(), token)
+		if err == nil {
+			*cred = identity.Credential{Method: identity.MethodJWT, Expires: exp}
+		}
+		return p, err
 	case len(a.keys) > 0:
 		return identity.Principal{}, invalidToken(ReasonUnknownAPIKey, "unknown API key")
 	default:
@@ -186,7 +212,8 @@ func (a *Authenticator) authenticate(r *http.Request) (identity.Principal, error
 
 // lookupKey hashes key and compares the hash with every configured hash in
 // constant time, so neither the match nor its position shows in the timing.
-func (a *Authenticator) lookupKey(key string) (identity.Principal, bool) {
+// On a match it fills cred (method, key id, keyed digest).
+func (a *Authenticator) lookupKey(key string, cred *identity.Credential) (identity.Principal, bool) {
 	sum := sha256.Sum256([]byte(key))
 	found := -1
 	for i := range a.keys {
@@ -196,7 +223,65 @@ func (a *Authenticator) lookupKey(key string) (identity.Principal, bool) {
 	if found < 0 {
 		return identity.Principal{}, false
 	}
-	return a.keys[found].principal.Clone(), true
+	k := &a.keys[found]
+	*cred = identity.Credential{Method: identity.MethodAPIKey, KeyID: k.principal.ID, Digest: keyDigest(k.hash)}
+	return k.principal.Clone(), true
+}
+
+// digestKey keys the digests of API-key credentials (identity.Credential
+// Digest): random per process, shared by the Authenticators a reload makes,
+// never written anywhere.
+var digestKey = func() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return b
+}()
+
+// keyDigest is HMAC-SHA256(digestKey, the key's stored SHA-256).
+func keyDigest(hash [sha256.Size]byte) [32]byte {
+	m := hmac.New(sha256.New, digestKey)
+	m.Write(hash[:])
+	var out [32]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// Recheck checks again a credential AuthenticateCredential accepted, for
+// the principal p it returned, without the secret: an API key must still
+// be configured under the same id with the same key (its keyed digest
+// matches in constant time) and yields its current principal (scopes or
+// tenant changed by a reload apply); a JWT must not have expired (at now)
+// and JWT must still be configured, and yields p unchanged (a token cannot
+// be re-verified without the token: a JWKS key rotated out does not end it
+// before its exp). Errors: *errcode.Error unauthenticated, "API key revoked
+// or rotated", "token expired", "JWT sign-in is no longer configured",
+// "unknown credential". Refusals are not counted (no request was made).
+// Safe for concurrent use.
+func (a *Authenticator) Recheck(c identity.Credential, p identity.Principal, now time.Time) (identity.Principal, error) {
+	switch c.Method {
+	case identity.MethodAPIKey:
+		found := -1
+		for i := range a.keys {
+			d := keyDigest(a.keys[i].hash)
+			eq := subtle.ConstantTimeCompare(d[:], c.Digest[:]) & subtle.ConstantTimeEq(int32(len(a.keys[i].principal.ID)), int32(len(c.KeyID)))
+			if eq == 1 && a.keys[i].principal.ID == c.KeyID {
+				found = i
+			}
+		}
+		if found < 0 {
+			return identity.Principal{}, invalidToken(ReasonUnknownAPIKey, "API key revoked or rotated")
+		}
+		return a.keys[found].principal.Clone(), nil
+	case identity.MethodJWT:
+		if a.jwt == nil {
+			return identity.Principal{}, invalidToken(ReasonNoMethod, "JWT sign-in is no longer configured")
+		}
+		if c.Expires.IsZero() || !now.Before(c.Expires) {
+			return identity.Principal{}, invalidToken(ReasonExpired, "token expired")
+		}
+		return p.Clone(), nil
+	}
+	return identity.Principal{}, invalidToken(ReasonInvalid, "unknown credential")
 }
 
 // credential trims the optional whitespace around a header value's

@@ -21,6 +21,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/policy"
@@ -476,4 +477,57 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 		a.Challenge(httptest.NewRecorder(), request(), err)
 	})
+}
+
+// Recheck checks a credential record without the secret: an API key by id
+// and keyed digest against the current keys (removed, rotated or forged:
+// refused; changed scopes: the new principal), a JWT by its exp.
+func TestRecheck(t *testing.T) {
+	is := newIssuer(t)
+	a := newAuth(t, authCfg(is, nil))
+	p, c, err := a.AuthenticateCredential(request("Authorization", "Bearer "+aliceKey))
+	if err != nil || c.Method != identity.MethodAPIKey || c.KeyID != "alice" || c.Digest == ([32]byte{}) || !c.Expires.IsZero() {
+		t.Fatalf("AuthenticateCredential = %+v %+v %v", p, c, err)
+	}
+	if got, err := a.Recheck(c, p, now); err != nil || got.ID != "alice" || got.Tenant != "acme" {
+		t.Errorf("Recheck of a current key = %+v, %v", got, err)
+	}
+	cfg := authCfg(is, nil)
+	cfg.APIKeys[0].Scopes = []string{"fs:write"}
+	if got, err := newAuth(t, cfg).Recheck(c, p, now); err != nil || !reflect.DeepEqual(got.Scopes, []string{"fs:write"}) {
+		t.Errorf("Recheck after a scope change = %+v, %v", got, err)
+	}
+	cfg = authCfg(is, nil)
+	cfg.APIKeys[0].KeySHA256 = auth.HashKey("tg_rotated")
+	if _, err := newAuth(t, cfg).Recheck(c, p, now); errcode.CodeOf(err) != errcode.Unauthenticated {
+		t.Errorf("Recheck after rotation: %v", err)
+	}
+	cfg = authCfg(is, nil)
+	cfg.APIKeys = cfg.APIKeys[1:]
+	if _, err := newAuth(t, cfg).Recheck(c, p, now); errcode.CodeOf(err) != errcode.Unauthenticated {
+		t.Errorf("Recheck after removal: %v", err)
+	}
+	forged := c
+	forged.KeyID = "bob"
+	if _, err := a.Recheck(forged, p, now); errcode.CodeOf(err) != errcode.Unauthenticated {
+		t.Errorf("Recheck of alice's digest under bob's id: %v", err)
+	}
+	if _, err := a.Recheck(identity.Credential{}, p, now); errcode.CodeOf(err) != errcode.Unauthenticated {
+		t.Errorf("Recheck of the zero credential: %v", err)
+	}
+
+	tok := sign(t, is.key, "k1", is.claims(nil))
+	jp, jc, err := a.AuthenticateCredential(request("Authorization", "Bearer "+tok))
+	if err != nil || jc.Method != identity.MethodJWT || !jc.Expires.Equal(now.Add(time.Hour)) {
+		t.Fatalf("AuthenticateCredential(JWT) = %+v %+v %v", jp, jc, err)
+	}
+	if got, err := a.Recheck(jc, jp, now.Add(time.Hour-time.Second)); err != nil || got.ID != "user-1" {
+		t.Errorf("Recheck of a JWT before exp = %+v, %v", got, err)
+	}
+	if _, err := a.Recheck(jc, jp, now.Add(time.Hour)); errcode.CodeOf(err) != errcode.Unauthenticated || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("Recheck of a JWT at exp: %v", err)
+	}
+	if _, err := newAuth(t, authCfg(nil, nil)).Recheck(jc, jp, now); errcode.CodeOf(err) != errcode.Unauthenticated {
+		t.Errorf("Recheck of a JWT once JWT is no longer configured: %v", err)
+	}
 }

@@ -104,37 +104,46 @@ func looksLikeJWT(token string) bool {
 	return true
 }
 
-func (jv *jwtVerifier) verify(ctx context.Context, token string) (identity.Principal, error) {
+// verify checks token and returns its principal and expiry (exp).
+func (jv *jwtVerifier) verify(ctx context.Context, token string) (identity.Principal, time.Time, error) {
+	p, tok, err := jv.principal(ctx, token)
+	if err != nil {
+		return identity.Principal{}, time.Time{}, err
+	}
+	return p, tok.Expiry, nil
+}
+
+func (jv *jwtVerifier) principal(ctx context.Context, token string) (identity.Principal, *oidc.IDToken, error) {
 	tok, err := jv.v.Verify(ctx, token)
 	if err != nil {
 		reason, msg := jwtFailure(ctx, err)
-		return identity.Principal{}, invalidToken(reason, msg)
+		return identity.Principal{}, nil, invalidToken(reason, msg)
 	}
 	if tok.Subject == "" {
-		return identity.Principal{}, invalidToken(ReasonClaims, "token has no sub claim")
+		return identity.Principal{}, nil, invalidToken(ReasonClaims, "token has no sub claim")
 	}
 	var claims map[string]json.RawMessage
 	if err := tok.Claims(&claims); err != nil {
-		return identity.Principal{}, invalidToken(ReasonClaims, "token claims are not a JSON object")
+		return identity.Principal{}, nil, invalidToken(ReasonClaims, "token claims are not a JSON object")
 	}
 	p := identity.Principal{ID: tok.Subject}
 	if raw, ok := claims[jv.tenantClaim]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &p.Tenant); err != nil {
-			return identity.Principal{}, invalidToken(ReasonClaims, "token tenant claim is not a string")
+			return identity.Principal{}, nil, invalidToken(ReasonClaims, "token tenant claim is not a string")
 		}
 	}
 	if p.Tenant == "" && jv.tenantRequired {
-		return identity.Principal{}, invalidToken(ReasonClaims, "token has no tenant claim")
+		return identity.Principal{}, nil, invalidToken(ReasonClaims, "token has no tenant claim")
 	}
 	if raw, ok := claims[jv.scopesClaim]; ok && string(raw) != "null" {
 		var s string
 		if err := json.Unmarshal(raw, &s); err == nil {
 			p.Scopes = strings.Fields(s)
 		} else if err := json.Unmarshal(raw, &p.Scopes); err != nil {
-			return identity.Principal{}, invalidToken(ReasonClaims, "token scopes claim is neither a string nor an array of strings")
+			return identity.Principal{}, nil, invalidToken(ReasonClaims, "token scopes claim is neither a string nor an array of strings")
 		}
 	}
-	return p, nil
+	return p, tok, nil
 }
 
 // jwtFailure names why go-oidc (or keySet) rejected a token: a Reason and

@@ -415,6 +415,24 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("filter-status").dispatchEvent(new Event("input"))`)); err != nil {
 		t.Fatal(err)
 	}
+	// A click on the call shows its event pair and its receipt, checked
+	// server-side (GET /v1/receipts/{id}/verify): verified, each check shown.
+	if err := chromedp.Do(dave, chromedp.Evaluate[chromedp.Void](
+		`Array.from(document.querySelectorAll("#audit-rows tr.call")).find(r => r.dataset.tool === "mcp:up.echo" && r.dataset.status === "ok").click()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, dave, "the receipt verified in the call's detail",
+		`document.getElementById("receipt-verdict").textContent === "verified"`, 10*time.Second)
+	if n := js[int](t, dave, `document.querySelectorAll("#receipt-checks li.check-ok").length`); n != 3 {
+		t.Errorf("receipt view: %d passed checks shown, want 3 (hash, chainLink, signature): %s", n,
+			js[string](t, dave, `document.getElementById("receipt-checks").textContent`))
+	}
+	if pair := js[string](t, dave, `document.getElementById("audit-detail-json").textContent`); !strings.Contains(pair, "agent.toolCalled") || !strings.Contains(pair, "agent.toolReturned") {
+		t.Errorf("the detail does not show the event pair: %s", pair)
+	}
+	if rc := js[string](t, dave, `document.getElementById("receipt-json").textContent`); !strings.Contains(rc, `"receiptId"`) || !strings.Contains(rc, `"sig"`) && !strings.Contains(rc, `"hash"`) {
+		t.Errorf("the detail does not show the receipt: %s", rc)
+	}
 	screenshot(t, dave, shots, "audit")
 
 	// 4. An approver approves a pending call; the waiting MCP client gets

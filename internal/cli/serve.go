@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
 	"github.com/toolgate/toolgate/hook/webhook"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/console"
@@ -528,6 +529,22 @@ func (s *swapAuth) Authenticate(r *http.Request) (policy.Principal, error) {
 		s.onAuth(r)
 	}
 	return p, err
+}
+
+// AuthenticateCredential is Authenticate with the credential's
+// secret-free record (the console's sign-in).
+func (s *swapAuth) AuthenticateCredential(r *http.Request) (identity.Principal, identity.Credential, error) {
+	p, c, err := s.cur.Load().AuthenticateCredential(r)
+	if err == nil && s.onAuth != nil {
+		s.onAuth(r)
+	}
+	return p, c, err
+}
+
+// Recheck checks a console session's credential record against the
+// running authenticator (so a reload that removes a key ends its sessions).
+func (s *swapAuth) Recheck(c identity.Credential, p identity.Principal, now time.Time) (identity.Principal, error) {
+	return s.cur.Load().Recheck(c, p, now)
 }
 
 func (s *swapAuth) Challenge(w http.ResponseWriter, r *http.Request, err error) {

@@ -15,9 +15,14 @@
 // checks, and the explain form is POST /v1/policy/explain.
 //
 // Sign-in takes an API key or a JWT and checks it with the API's own
-// authenticator (Options.SignIn), which checks it again on every later
-// request of the session (the credential stays in the gateway's memory,
-// never in a page, a cookie or a log); the browser holds an HttpOnly,
+// authenticator (Options.SignIn). The console does not keep the credential:
+// a session holds the authenticated principal and the secret-free
+// identity.Credential the authenticator returned (an API key's id and a
+// keyed digest of its stored hash, a JWT's expiry), which SignIn.Recheck
+// checks again on every later request, so a key removed or rotated by a
+// reload, or a JWT past its exp, ends the session at once, and changed
+// scopes apply. The credential is never in a page, a cookie or a log;
+// the browser holds an HttpOnly,
 // SameSite=Strict session cookie (Secure when served over TLS) scoped to
 // /ui/. Sessions live in memory, end at Options.SessionTTL, are capped at
 // Options.MaxSessions, and end at sign-out. Every state-changing request
@@ -94,8 +99,10 @@ type Options struct {
 	// TestSeams off.
 	API httpapi.Options
 	// SignIn checks a sign-in credential (API key or JWT) as the API
-	// does: the gateway's authenticator. Only Authenticate is used.
-	SignIn httpapi.Authenticator
+	// does, and checks the session's credential record again on every
+	// request: the gateway's authenticator (*auth.Authenticator, or a
+	// wrapper following its reloads).
+	SignIn Authenticator
 	// SessionTTL is a session's lifetime from sign-in; 0 means
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
@@ -113,11 +120,25 @@ type Options struct {
 	Principals func() []identity.Principal
 }
 
+// Authenticator is what the console signs in with; *auth.Authenticator
+// (internal/auth) implements it. Both methods must be safe for concurrent
+// use.
+type Authenticator interface {
+	// AuthenticateCredential authenticates r's Authorization header as
+	// the API does and returns the principal and the secret-free record
+	// of the credential. Errors: *errcode.Error unauthenticated.
+	AuthenticateCredential(r *http.Request) (identity.Principal, identity.Credential, error)
+	// Recheck checks again, at now, a credential record returned for p
+	// and returns the principal as of now. Errors: *errcode.Error
+	// unauthenticated when the credential is no longer accepted.
+	Recheck(c identity.Credential, p identity.Principal, now time.Time) (identity.Principal, error)
+}
+
 // Console is the /ui/ handler. Safe for concurrent use; Close ends its
 // live audit streams.
 type Console struct {
 	pipe       *pipeline.Pipeline
-	signIn     httpapi.Authenticator
+	signIn     Authenticator
 	api        *httpapi.Handler
 	sessions   *sessions
 	approvers  string
@@ -265,11 +286,12 @@ var (
 	errPostSession = errcode.New(errcode.Forbidden, "no console session")
 )
 
-// current returns r's live session, or nil. The session's credential is
-// checked again by SignIn on every request, so a key removed by a reload,
-// an expired JWT or changed scopes apply to the console at once as they do
-// to the API; a credential no longer accepted ends the session. The
-// returned session is a copy holding the principal of this check.
+// current returns r's live session, or nil. The session's credential record
+// is checked again by SignIn.Recheck on every request, so a key removed or
+// rotated by a reload, an expired JWT or changed scopes apply to the console
+// at once as they do to the API; a credential no longer accepted ends the
+// session. The returned session is a copy holding the principal of this
+// check.
 func (c *Console) current(r *http.Request) *session {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -279,7 +301,7 @@ func (c *Console) current(r *http.Request) *session {
 	if se == nil {
 		return nil
 	}
-	p, err := c.check(r, se.cred)
+	p, err := c.signIn.Recheck(se.cred, se.principal, c.sessions.now())
 	if err != nil {
 		c.sessions.remove(ck.Value)
 		c.log.Info("console session ended: its credential is no longer accepted", "principal", se.principal.ID, "err", errMessage(err))
@@ -292,11 +314,11 @@ func (c *Console) current(r *http.Request) *session {
 
 // check authenticates cred with SignIn exactly as the bearer credential of
 // an API request (r's context; none of r's own headers or body).
-func (c *Console) check(r *http.Request, cred string) (identity.Principal, error) {
+func (c *Console) check(r *http.Request, cred string) (identity.Principal, identity.Credential, error) {
 	ar := r.Clone(r.Context())
 	ar.Header = http.Header{"Authorization": {"Bearer " + cred}}
 	ar.Body, ar.ContentLength = http.NoBody, 0
-	return c.signIn.Authenticate(ar)
+	return c.signIn.AuthenticateCredential(ar)
 }
 
 // apiProxy serves /ui/api/v1/...: the console's API handler at /v1/...,
@@ -409,12 +431,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.signinForm(w, r, http.StatusUnauthorized, "Enter an API key or a token.")
 		return
 	}
-	p, err := c.check(r, cred)
+	p, rec, err := c.check(r, cred)
 	if err != nil {
 		c.signinForm(w, r, http.StatusUnauthorized, "Sign-in refused: "+errMessage(err))
 		return
 	}
-	id, _, err := c.sessions.create(p, cred)
+	id, se, err := c.sessions.create(p, rec)
 	if err != nil {
 		c.signinForm(w, r, errcode.CodeOf(err).HTTPStatus(), errMessage(err))
 		return
@@ -422,7 +444,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: signinCookie, Value: "", Path: Prefix + "signin", MaxAge: -1, HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: Prefix, HttpOnly: true, Secure: r.TLS != nil,
-		SameSite: http.SameSiteStrictMode, MaxAge: int(c.sessions.ttl / time.Second)})
+		SameSite: http.SameSiteStrictMode, MaxAge: max(1, int(se.expires.Sub(c.sessions.now())/time.Second))})
 	c.log.Info("console sign-in", "principal", p.ID, "tenant", p.Tenant)
 	http.Redirect(w, r, Prefix+"catalog", http.StatusSeeOther)
 }

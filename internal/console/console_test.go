@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/catalog"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -33,6 +34,12 @@ type swappable struct {
 
 func (s *swappable) Authenticate(r *http.Request) (policy.Principal, error) {
 	return s.cur.Load().Authenticate(r)
+}
+func (s *swappable) AuthenticateCredential(r *http.Request) (identity.Principal, identity.Credential, error) {
+	return s.cur.Load().AuthenticateCredential(r)
+}
+func (s *swappable) Recheck(c identity.Credential, p identity.Principal, now time.Time) (identity.Principal, error) {
+	return s.cur.Load().Recheck(c, p, now)
 }
 func (s *swappable) Challenge(w http.ResponseWriter, r *http.Request, err error) {
 	s.cur.Load().Challenge(w, r, err)

@@ -13,11 +13,13 @@ import (
 )
 
 // session is one signed-in browser: the principal the sign-in
-// authenticated, the credential it signed in with (checked again on every
-// request), its CSRF token and when it ends.
+// authenticated, the secret-free record of the credential it signed in
+// with (checked again on every request by Authenticator.Recheck: an API
+// key's id and keyed digest, a JWT's expiry; never the credential itself),
+// its CSRF token and when it ends.
 type session struct {
 	principal identity.Principal
-	cred      string
+	cred      identity.Credential
 	csrf      string
 	expires   time.Time
 }
@@ -44,10 +46,12 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// create starts a session for p (signed in with cred) and returns its cookie value. Errors:
+// create starts a session for p (signed in with the credential cred
+// records) and returns its cookie value. A credential that expires before
+// the session's TTL ends the session at its expiry. Errors:
 // *errcode.Error rate_limited (429) when max live sessions exist (expired ones
 // are dropped first).
-func (s *sessions) create(p identity.Principal, cred string) (string, *session, error) {
+func (s *sessions) create(p identity.Principal, cred identity.Credential) (string, *session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -63,6 +67,9 @@ func (s *sessions) create(p identity.Principal, cred string) (string, *session, 
 	}
 	id := randomToken()
 	se := &session{principal: p, cred: cred, csrf: randomToken(), expires: now.Add(s.ttl)}
+	if !cred.Expires.IsZero() && cred.Expires.Before(se.expires) {
+		se.expires = cred.Expires
+	}
 	s.m[sha256.Sum256([]byte(id))] = se
 	return id, se, nil
 }

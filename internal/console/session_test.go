@@ -1,10 +1,15 @@
 package console
 
 import (
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/identity"
+	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -16,7 +21,7 @@ func TestSessions(t *testing.T) {
 	s.now = func() time.Time { return now }
 	alice := policy.Principal{ID: "alice", Tenant: "t1"}
 
-	id1, se1, err := s.create(alice, "k")
+	id1, se1, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,18 +31,18 @@ func TestSessions(t *testing.T) {
 	if s.get("") != nil || s.get(id1+"x") != nil {
 		t.Error("an empty or unknown cookie value found a session")
 	}
-	id2, _, err := s.create(alice, "k")
+	id2, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
 	if err != nil || id2 == id1 {
 		t.Fatalf("second session: %q %v", id2, err)
 	}
-	if _, _, err := s.create(alice, "k"); errcode.CodeOf(err) != errcode.RateLimited {
+	if _, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Fatalf("a third session over the cap of 2: %v, want rate_limited", err)
 	}
 	s.remove(id2)
 	if s.get(id2) != nil {
 		t.Error("a removed session still answers")
 	}
-	id3, _, err := s.create(alice, "k")
+	id3, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
 	if err != nil {
 		t.Fatalf("a session after a removal: %v", err)
 	}
@@ -46,9 +51,9 @@ func TestSessions(t *testing.T) {
 	if s.get(id1) != nil || s.get(id3) != nil {
 		t.Error("a session answers at its expiry")
 	}
-	s.create(alice, "k")
-	s.create(alice, "k") // expired entries make room: the cap counts live ones
-	if _, _, err := s.create(alice, "k"); errcode.CodeOf(err) != errcode.RateLimited {
+	s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
+	s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}) // expired entries make room: the cap counts live ones
+	if _, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Errorf("over the cap after expiry: %v", err)
 	}
 	if n := s.count(); n != 2 {
@@ -69,5 +74,45 @@ func TestSameToken(t *testing.T) {
 		if got := sameToken(c.a, c.b); got != c.want {
 			t.Errorf("sameToken(%q, %q) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// The console keeps no secret: a session holds the principal and the
+// credential's record (key id, keyed digest), neither the key nor its
+// stored sha256; a reload that rotates the key under the same id ends the
+// session at its next request.
+func TestSessionKeepsNoSecretAndEndsOnRotation(t *testing.T) {
+	f := newFixture(t, false, nil)
+	cl := f.client(t)
+	if a := f.signIn(t, cl, "k-alice"); a.status != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", a.status)
+	}
+	f.c.sessions.mu.Lock()
+	if len(f.c.sessions.m) != 1 {
+		t.Fatalf("%d sessions", len(f.c.sessions.m))
+	}
+	for _, se := range f.c.sessions.m {
+		dump := fmt.Sprintf("%#v %x", *se, se.cred.Digest)
+		for _, secret := range []string{"k-alice", auth.HashKey("k-alice")} {
+			if strings.Contains(dump, secret) {
+				t.Errorf("the session holds %q: %s", secret, dump)
+			}
+		}
+		if se.cred.Method != identity.MethodAPIKey || se.cred.KeyID != "alice" {
+			t.Errorf("the session's credential record: %+v", se.cred)
+		}
+	}
+	f.c.sessions.mu.Unlock()
+	if a := f.get(t, cl, "/ui/api/v1/tools"); a.status != http.StatusOK {
+		t.Fatalf("with the key: %d", a.status)
+	}
+	rotated := aliceKey
+	rotated.KeySHA256 = auth.HashKey("k-alice-new")
+	f.authn.cur.Store(newAuth(t, rotated))
+	if a := f.get(t, cl, "/ui/api/v1/tools"); a.status != http.StatusUnauthorized {
+		t.Errorf("after a reload rotated the key under the same id: %d", a.status)
+	}
+	if n := f.c.sessions.count(); n != 0 {
+		t.Errorf("sessions after rotation: %d", n)
 	}
 }

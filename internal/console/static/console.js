@@ -42,6 +42,55 @@
     var detailJSON = document.getElementById("audit-detail-json");
     document.getElementById("audit-detail-close").addEventListener("click", function () { detail.hidden = true; });
 
+    var verdict = document.getElementById("receipt-verdict");
+    var checks = document.getElementById("receipt-checks");
+    var receiptJSON = document.getElementById("receipt-json");
+    // showReceipt fetches the call's receipt (named by its
+    // agent.toolReturned) and the gateway's verification of it.
+    function showReceipt(c) {
+      checks.replaceChildren();
+      receiptJSON.textContent = "";
+      var id = c.receiptId;
+      if (!id) {
+        verdict.textContent = c.status === "running" ? "(the call has not returned yet)" : "(no receipt named)";
+        verdict.className = "verdict verdict-pending";
+        return;
+      }
+      verdict.textContent = "checking…";
+      verdict.className = "verdict";
+      var path = api + "/receipts/" + encodeURIComponent(id);
+      var opts = { credentials: "same-origin" };
+      fetch(path, opts).then(function (r) {
+        return r.text().then(function (t) {
+          var j;
+          try { j = JSON.parse(t); } catch (e) { j = t; }
+          receiptJSON.textContent = r.status === 200 ? JSON.stringify(j, null, 2) : "(" + r.status + ") " + (j && j.message || t);
+        });
+      });
+      fetch(path + "/verify", opts).then(function (r) {
+        return r.json().then(function (v) { return { status: r.status, v: v }; });
+      }).then(function (res) {
+        if (c.receiptId !== id) return;
+        var v = res.v || {};
+        if (res.status !== 200) {
+          verdict.textContent = "not checked (" + res.status + "): " + (v.message || "");
+          verdict.className = "verdict verdict-bad";
+          return;
+        }
+        var pending = (v.checks || []).some(function (k) { return k.skipped; });
+        verdict.textContent = v.verified ? "verified" : (v.reason ? "FAILED: " + v.reason : (pending ? "not fully checked" : "not verified"));
+        verdict.className = "verdict " + (v.verified ? "verdict-ok" : (v.reason ? "verdict-bad" : "verdict-pending"));
+        verdict.dataset.verified = String(!!v.verified);
+        (v.checks || []).forEach(function (k) {
+          var li = el("li", null, "check " + (k.ok ? "check-ok" : (k.skipped ? "check-skipped" : "check-bad")));
+          li.dataset.check = k.name;
+          li.appendChild(el("strong", k.name + ": "));
+          li.appendChild(document.createTextNode(k.detail + " (receipt seq " + v.seq + ", chain " + v.chainId + ")"));
+          checks.appendChild(li);
+        });
+      }).catch(function () { verdict.textContent = "could not check the receipt"; verdict.className = "verdict verdict-bad"; });
+    }
+
     function matches(c) {
       var t = fTool.value.trim(), s = fStatus.value, p = fPrincipal.value.trim();
       if (t && c.tool.indexOf(t) < 0) return false;
@@ -79,6 +128,7 @@
         c.row.addEventListener("click", function () {
           detailJSON.textContent = JSON.stringify(c.events, null, 2);
           detail.hidden = false;
+          showReceipt(c);
         });
         rows.insertBefore(c.row, rows.firstChild);
       }
@@ -101,6 +151,7 @@
       } else if (ev.type === "agent.toolReturned") {
         if (!c.tool) c.tool = p.toolName || "";
         c.status = p.status || "";
+        if (p.receiptId) c.receiptId = p.receiptId;
         if (p.durationMs !== undefined && p.durationMs !== null) c.duration = p.durationMs;
         if (p.error && p.error.details && p.error.details.ruleId) c.rule = p.error.details.ruleId;
         else if (p.error && p.error.code && !c.rule) c.rule = p.error.code;
