@@ -139,6 +139,10 @@ func TestSameAnswerOverMCPAndHTTP(t *testing.T) {
 		if me[0].Payload["argsHash"] == nil || me[0].Payload["argsHash"] != he[0].Payload["argsHash"] {
 			t.Errorf("%s: argsHash %v / %v", c.name, me[0].Payload["argsHash"], he[0].Payload["argsHash"])
 		}
+		if me[1].Payload["receiptId"] != mcpReceipt || he[1].Payload["receiptId"] != httpReceipt {
+			t.Errorf("%s: agent.toolReturned names receipts %v / %v, the answers %s / %s", c.name,
+				me[1].Payload["receiptId"], he[1].Payload["receiptId"], mcpReceipt, httpReceipt)
+		}
 		for i := range me {
 			m, h := normalize(me[i]), normalize(he[i])
 			if !reflect.DeepEqual(m, h) {
@@ -177,13 +181,13 @@ func TestSameAnswerOverMCPAndHTTP(t *testing.T) {
 }
 
 // normalize drops what may differ between the two doors: transport,
-// callId and timing (eventId, timestamp, durationMs, causationId) and the
-// run id the test chose.
+// callId, receiptId and timing (eventId, timestamp, durationMs,
+// causationId) and the run id the test chose.
 func normalize(e event) map[string]any {
 	p := map[string]any{}
 	for k, v := range e.Payload {
 		switch k {
-		case "transport", "callId", "durationMs":
+		case "transport", "callId", "durationMs", "receiptId":
 			continue
 		}
 		p[k] = v
