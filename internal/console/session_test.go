@@ -116,3 +116,25 @@ func TestSessionKeepsNoSecretAndEndsOnRotation(t *testing.T) {
 		t.Errorf("sessions after rotation: %d", n)
 	}
 }
+
+// A credential that expires before the session's TTL (a JWT's exp) ends
+// the session at its expiry.
+func TestSessionEndsAtCredentialExpiry(t *testing.T) {
+	s := newSessions(time.Hour, 10)
+	start := time.Now()
+	clock := start
+	s.now = func() time.Time { return clock }
+	exp := start.Add(10 * time.Minute)
+	id, se, err := s.create(identity.Principal{ID: "user-1"}, identity.Credential{Method: identity.MethodJWT, Expires: exp})
+	if err != nil || !se.expires.Equal(exp) {
+		t.Fatalf("create: %v, expires %v, want %v", err, se.expires, exp)
+	}
+	clock = exp.Add(-time.Second)
+	if s.get(id) == nil {
+		t.Fatal("the session ended before the credential's expiry")
+	}
+	clock = exp
+	if s.get(id) != nil {
+		t.Fatal("the session outlived its credential's expiry")
+	}
+}
