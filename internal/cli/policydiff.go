@@ -368,7 +368,6 @@ func policyDiff(ctx context.Context, st store.Store, rec recordedArgs, cur *conf
 		if !known && dec.Layer == policy.LayerError && dependsOnArgs(dec) {
 			if !c.prog.Disclose(ctx, &in) {
 				// Denied whatever the arguments (Disclose's invariant).
-				dec = policy.Decision{Effect: policy.EffectDeny, RuleID: "", Layer: policy.LayerRule}
 				if pc.oldEffect != policy.EffectDeny {
 					base.Kind, base.NewEffect, base.NewRule = diffChange, string(policy.EffectDeny), "(depends on the arguments; deny for every value)"
 					add(base, pc)
