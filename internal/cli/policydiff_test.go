@@ -98,7 +98,7 @@ func (g *diffGateway) call(t *testing.T, keyID, tool, args string) (string, stri
 	b, _ := io.ReadAll(resp.Body)
 	var m struct {
 		CallID, Status, Error string
-		Details           struct{ CallID string }
+		Details               struct{ CallID string }
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatalf("POST /v1/calls %s as %s: %d %s", tool, keyID, resp.StatusCode, b)
