@@ -57,6 +57,21 @@ func TestPolicyTestExamples(t *testing.T) {
 	if !strings.Contains(block, "policy:") || !strings.HasSuffix(string(ex), block) {
 		t.Errorf("examples/readme-policy.yaml does not end with the README's policy block:\n%s", block)
 	}
+	// The README's test-file example passes against the README's policy,
+	// and the run it shows is the real one.
+	sec = string(readme)[strings.Index(string(readme), "\n## Testing policies\n"):]
+	_, cases, _ := strings.Cut(sec, "```yaml\n")
+	cases, _, _ = strings.Cut(cases, "```")
+	f := writeFile(t, "readme_test.yaml", cases)
+	if code, out, errOut := run(t, "", "policy", "test", "--config", "examples/readme-policy.yaml", f); code != ExitOK || !strings.Contains(out, "2 case(s): 2 passed, 0 failed") {
+		t.Errorf("the README's test-file example: exit %d\n%s%s", code, out, errOut)
+	}
+	_, shown, _ := strings.Cut(sec, "$ go run ./cmd/toolgate policy test --config examples/readme-policy.yaml examples/readme-policy_test.yaml\n")
+	shown, _, _ = strings.Cut(shown, "```")
+	if _, out, _ := run(t, "", "policy", "test", "--config", "examples/readme-policy.yaml", "examples/readme-policy_test.yaml"); out != shown {
+		t.Errorf("the README shows the run as\n%s\nit prints\n%s", shown, out)
+	}
+
 	tests, err := filepath.Glob("examples/*_test.yaml")
 	if err != nil {
 		t.Fatal(err)
