@@ -57,6 +57,26 @@ func TestPolicyTestExamples(t *testing.T) {
 	if !strings.Contains(block, "policy:") || !strings.HasSuffix(string(ex), block) {
 		t.Errorf("examples/readme-policy.yaml does not end with the README's policy block:\n%s", block)
 	}
+	// The README's resource and prompt rules are examples/readme-resources.yaml's.
+	_, rest, _ := strings.Cut(string(readme)[strings.Index(string(readme), "- **Resources and prompts**"):], "```yaml\n")
+	rest, _, _ = strings.Cut(rest, "```")
+	res, err := os.ReadFile("examples/readme-resources.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snippet, example []string
+	for _, l := range strings.Split(rest, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			snippet = append(snippet, l)
+		}
+	}
+	for _, l := range strings.Split(string(res), "\n") {
+		example = append(example, strings.TrimSpace(l))
+	}
+	if len(snippet) < 2 || !strings.Contains(strings.Join(example, "\n"), strings.Join(snippet, "\n")) {
+		t.Errorf("examples/readme-resources.yaml lacks the README's resource rules:\n%s", strings.Join(snippet, "\n"))
+	}
+
 	// The README's test-file example passes against the README's policy,
 	// and the run it shows is the real one.
 	sec = string(readme)[strings.Index(string(readme), "\n## Testing policies\n"):]
@@ -76,7 +96,7 @@ func TestPolicyTestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"examples/readme-policy_test.yaml": false, "examples/quickstart_test.yaml": false, "examples/stdio-two-principals_test.yaml": false}
+	want := map[string]bool{"examples/readme-policy_test.yaml": false, "examples/readme-resources_test.yaml": false, "examples/quickstart_test.yaml": false, "examples/stdio-two-principals_test.yaml": false}
 	for _, f := range tests {
 		want[f] = true
 		cfg := strings.TrimSuffix(f, "_test.yaml") + ".yaml"
