@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
 )
 
 // diffGateway is a real `toolgate serve` (in this process) on a SQLite
@@ -243,6 +245,37 @@ rules:
 		t.Errorf("may-change group %+v", may)
 	}
 
+	// With a call recording (the store's, issue 18 point 1), a recorded
+	// call is decided exactly: b (/home/b) would change, a stays "may
+	// change" (not recorded here).
+	cfg, err := config.Load(g.cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadCandidate(cand, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec := fakeRecording{"t1/" + b: `{"path":"/home/b"}`}
+	rep, err = policyDiff(t.Context(), st, rec, cfg, c, "t1", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.WouldChange != 2 || rep.MayChange != 1 {
+		t.Fatalf("with a recording: %+v", rep)
+	}
+	for _, gr := range rep.Groups {
+		if gr.ToolID == "mcp:up.file" && gr.Kind == diffChange && !slices.Equal(groupCalls(gr), []string{b}) ||
+			gr.ToolID == "mcp:up.file" && gr.Kind == diffMayChange && !slices.Equal(groupCalls(gr), []string{a}) {
+			t.Errorf("with a recording: group %+v", gr)
+		}
+	}
+
 	// A candidate that changes only mcp:up.ok's rule leaves the file
 	// calls out, though their decision depends on their arguments.
 	cand2 := writeFile(t, "candidate2.yaml", `default: deny
@@ -274,4 +307,12 @@ func TestPolicyDiffUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
 		}
 	}
+}
+
+// fakeRecording is a call recording keyed "tenant/callId".
+type fakeRecording map[string]string
+
+func (f fakeRecording) RecordedArgs(_ context.Context, tenant, callID string) (json.RawMessage, bool, error) {
+	a, ok := f[tenant+"/"+callID]
+	return json.RawMessage(a), ok, nil
 }
