@@ -26,6 +26,7 @@ import (
 // caller-one and caller-two of tenant t1 and other of tenant t2.
 type diffGateway struct {
 	dir, cfgFile, base string
+	storeYAML          string // the store: line
 	keys               map[string]string
 	keyLines           map[string]string
 }
@@ -39,6 +40,12 @@ const diffPolicy = `policy:
 `
 
 func startDiffGateway(t *testing.T, content string) *diffGateway {
+	return startDiffGatewayOn(t, content, "")
+}
+
+// startDiffGatewayOn is startDiffGateway on the store storeYAML ("" for
+// a SQLite file in the gateway's directory).
+func startDiffGatewayOn(t *testing.T, content, storeYAML string) *diffGateway {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	for _, name := range []string{"file", "ok"} {
@@ -48,7 +55,10 @@ func startDiffGateway(t *testing.T, content string) *diffGateway {
 	}
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(up.Close)
-	g := &diffGateway{dir: t.TempDir(), keys: map[string]string{}, keyLines: map[string]string{}}
+	g := &diffGateway{dir: t.TempDir(), keys: map[string]string{}, keyLines: map[string]string{}, storeYAML: storeYAML}
+	if g.storeYAML == "" {
+		g.storeYAML = fmt.Sprintf("{driver: sqlite, dsn: %s}", filepath.Join(g.dir, "toolgate.db"))
+	}
 	for _, k := range []struct{ id, tenant string }{{"caller-one", "t1"}, {"caller-two", "t1"}, {"other", "t2"}} {
 		key, err := auth.NewKey()
 		if err != nil {
@@ -71,14 +81,14 @@ func (g *diffGateway) config(t *testing.T, name, content, upURL string, keys ...
 		kl.WriteString(g.keyLines[k])
 	}
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, dsn: %s}
+store: %s
 signing: {key_file: %s}
 audit: {content: %s}
 auth:
   api_keys:
 %sservers:
   - {name: up, url: "%s", sessions: shared}
-%s`, filepath.Join(g.dir, "toolgate.db"), filepath.Join(g.dir, "toolgate.key"), content, kl.String(), upURL, diffPolicy)
+%s`, g.storeYAML, filepath.Join(g.dir, "toolgate.key"), content, kl.String(), upURL, diffPolicy)
 	f := filepath.Join(g.dir, name)
 	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -315,4 +325,25 @@ type fakeRecording map[string]string
 func (f fakeRecording) RecordedArgs(_ context.Context, tenant, callID string) (json.RawMessage, bool, error) {
 	a, ok := f[tenant+"/"+callID]
 	return json.RawMessage(a), ok, nil
+}
+
+// TestPolicyDiffPostgres: the same diff reads a PostgreSQL store (events
+// and every replica's receipt chain), tenant-scoped.
+func TestPolicyDiffPostgres(t *testing.T) {
+	g := startDiffGatewayOn(t, "full", fmt.Sprintf("{driver: postgres, dsn: %q}", postgresSchema(t)))
+	home, _ := g.call(t, "caller-one", "mcp:up.file", `{"path":"/home/b"}`)
+	g.call(t, "caller-one", "mcp:up.file", `{"path":"/srv/a"}`)
+	g.call(t, "caller-one", "mcp:up.file", `{"path":"/etc/passwd"}`)
+	g.call(t, "other", "mcp:up.file", `{"path":"/home/t2"}`)
+	cand := writeFile(t, "candidate.yaml", `default: deny
+rules:
+  - {id: only-srv, effect: deny, tools: ["mcp:up.file"], when: 'has(args.path) && !args.path.startsWith("/srv/")'}
+  - {id: files, effect: allow, tools: ["mcp:up.file"]}
+  - {id: ok, effect: allow, tools: ["mcp:up.ok"]}
+`)
+	rep := diffJSON(t, "--config", g.cfgFile, "--candidate", cand, "--tenant", "t1")
+	if rep.Calls != 3 || rep.WouldChange != 1 || len(rep.Groups) != 1 || rep.Groups[0].OldRule != "files" ||
+		rep.Groups[0].NewRule != "only-srv" || !slices.Equal(groupCalls(rep.Groups[0]), []string{home}) {
+		t.Errorf("report: %+v", rep)
+	}
 }
