@@ -440,7 +440,7 @@ func runPolicyTests(ctx context.Context, w io.Writer, cfg *config.Config, files 
 	var all []prepared
 	var problems []string
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readTestFile(f)
 		if err != nil {
 			return usage("reading test file: %v", err)
 		}
@@ -557,4 +557,18 @@ func decidedBy(d policy.Decision, posOf map[string]string, cfg *config.Config) s
 		s = "layer " + d.Layer
 	}
 	return fmt.Sprintf("%s, layer %s: %s", s, d.Layer, d.Reason)
+}
+
+// readTestFile reads at most maxTestFileSize+1 bytes of a test file (the
+// parser refuses a longer one).
+func readTestFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", name)
+	}
+	return io.ReadAll(io.LimitReader(f, maxTestFileSize+1))
 }

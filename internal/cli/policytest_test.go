@@ -182,6 +182,7 @@ func TestPolicyTestUsageErrors(t *testing.T) {
 		{"unknown top key", "cases: []\nconfig: x\n", `:2:1: unknown key "config"`},
 		{"inline principal key", "cases:\n  - {principal: {id: x, scope: [a]}, tool: mcp:fs.x, want: deny}\n", `unknown key "scope" in an inline principal`},
 		{"duplicate key", "cases:\n  - {principal: alice, principal: bob, tool: mcp:fs.x, want: deny}\n", `duplicate key "principal"`},
+		{"too large", "cases:\n" + strings.Repeat("#", 4<<20), "larger than 4 MiB"},
 		{"args not JSON", "cases:\n  - {principal: alice, tool: mcp:fs.x, args: {n: .nan}, want: deny}\n", "args: not representable as JSON"},
 	} {
 		f := writeFile(t, "t_test.yaml", tc.body)
