@@ -374,7 +374,7 @@ func policyDiff(ctx context.Context, st store.Store, rec recordedArgs, cur *conf
 				}
 				continue
 			}
-			if sameForTool(cur, c, toolID, pc) {
+			if sameForTool(ctx, cur, c, &in, pc) {
 				continue
 			}
 			base.Kind, base.NewRule = diffMayChange, "(depends on the arguments, which were not recorded)"
@@ -452,9 +452,15 @@ func principalOf(cfg *config.Config, id, tenant string) (policy.Principal, bool)
 // principal exactly as the policy that decided pc: that policy is the
 // current one (same version), and the candidate has the same default, the
 // same rules for the tool in the same order, the same descriptor and the
-// same principal.
-func sameForTool(cur *config.Config, c candidate, toolID string, pc *pastCall) bool {
+// same principal. The current policy must enforce (a policy in observe
+// mode allows everything; the candidate here does not, since its decision
+// depends on the arguments).
+func sameForTool(ctx context.Context, cur *config.Config, c candidate, in *policy.Input, pc *pastCall) bool {
+	toolID := in.Tool.ID
 	if cur.Policy == nil || pc.version == "" || pc.version != cur.Policy.Version() || cur.Policy.Default() != c.prog.Default() {
+		return false
+	}
+	if cur.Policy.Decide(ctx, in).Layer == policy.LayerObserve {
 		return false
 	}
 	fp := func(p *policy.Program) string {
