@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,12 +115,9 @@ reloads the policy from --config (kept unchanged if the new file has issues).`,
 
 // serve runs the gateway until ctx ends or a termination signal arrives.
 func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir string) error {
-	if os.Getenv("GOGC") == "" {
-		// The gateway's live heap is small (tens of MB) and its garbage is
-		// per-call JSON: collecting less often cuts GC CPU (about 15% of a
-		// call) for a few MB. GOGC in the environment overrides this.
-		debug.SetGCPercent(400)
-	}
+	// GC percentage 400 while the live heap is small, falling to 100 as
+	// it grows (gctune.go); GOGC in the environment overrides it.
+	defer tuneGC(os.Getenv)()
 	var cfg *config.Config
 	var apiKey string
 	quick := file == ""

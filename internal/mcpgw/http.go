@@ -333,33 +333,23 @@ func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 // streamCloser ends the standalone SSE streams (GET /mcp) at the start of
 // shutdown. The zero value is ready; safe for concurrent use.
 type streamCloser struct {
-	once sync.Once
-	done chan struct{} // closed by close
-	mu   sync.Mutex
+	once   sync.Once
+	c      context.Context // done once CloseStreams is called
+	cancel context.CancelFunc
 }
 
-func (s *streamCloser) ch() chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		s.done = make(chan struct{})
-	}
-	return s.done
+// ctx is the context CloseStreams cancels; made on first use.
+func (s *streamCloser) ctx() context.Context {
+	s.once.Do(func() { s.c, s.cancel = context.WithCancel(context.Background()) })
+	return s.c
 }
 
 // streamContext returns a context for a GET stream that ends with parent or
 // when CloseStreams is called, and a func releasing it.
 func (g *Gateway) streamContext(parent context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(parent)
-	done := g.streams.ch()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	stop := context.AfterFunc(g.streams.ctx(), cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // CloseStreams ends every standalone SSE stream (GET /mcp) now and any
@@ -369,6 +359,6 @@ func (g *Gateway) streamContext(parent context.Context) (context.Context, func()
 // affected. Register it with http.Server.RegisterOnShutdown. Idempotent;
 // safe for concurrent use.
 func (g *Gateway) CloseStreams() {
-	done := g.streams.ch()
-	g.streams.once.Do(func() { close(done) })
+	g.streams.ctx()
+	g.streams.cancel()
 }
