@@ -73,7 +73,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.NoProxy, "no-proxy", false, "skip the bare proxy steps (an httputil.ReverseProxy hop to the echo server, run as `toolgate-load proxy` in a child process)")
 	fs.StringVar(&out, "out", "", "append the Markdown report to this file")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of this process (with --in-process: goroutines labelled role=gateway|client|echo)")
-	fs.IntVar(&o.GOGC, "gogc", 0, "GC percent of this process (its clients and the echo server, on both paths; 0: Go's default or GOGC from the environment); the gateway child keeps its own (toolgate serve's 400, or GOGC from the environment)")
+	fs.IntVar(&o.GOGC, "gogc", 0, "GC percent of this process (its clients and the echo server, on both paths; 0: Go's default or GOGC from the environment); the gateway child keeps its own (toolgate serve's, which follows its live heap, or GOGC from the environment)")
 	fs.BoolVar(&smoke, "smoke", false, "a short check: --duration 300ms --warmup 100ms --concurrency 1,4 unless given")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
