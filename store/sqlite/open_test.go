@@ -314,7 +314,15 @@ func TestOpenOptions(t *testing.T) {
 // batches so that the next transaction restarts the WAL from its
 // beginning.
 func TestWALRestarts(t *testing.T) {
-	s := openAt(t, tempDB(t), Options{})
+	t.Run("no journal", func(t *testing.T) { testWALRestarts(t, openAt(t, tempDB(t), Options{NoJournal: true})) })
+	t.Run("journal applied per batch", func(t *testing.T) {
+		s := openAt(t, tempDB(t), Options{})
+		s.w.applyEvery = 0 // before the first request: the writer reads it after receiving one
+		testWALRestarts(t, s)
+	})
+}
+
+func testWALRestarts(t *testing.T, s *Store) {
 	s.ckpt.close() // this test runs the checkpoints itself
 	ctx := context.Background()
 	for i := range 40 {

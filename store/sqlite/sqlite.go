@@ -234,6 +234,11 @@ type Options struct {
 	// and checks no lock (readers that run beside a gateway). No effect on
 	// systems without flock(2); see the package doc, "Exclusive".
 	Exclusive bool
+	// NoJournal makes every group commit an SQLite commit, as before the
+	// journal (see the package doc, "Journal"). false (default): the Store
+	// that owns the journal file (path + JournalSuffix) makes it the
+	// durability point of events, receipts and checkpoints.
+	NoJournal bool
 }
 
 // Store is the SQLite backend. All methods are safe for concurrent use.
@@ -339,6 +344,20 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		conn.Close()
 		return nil, store.Unavailable("open store: record the signing key", err)
 	}
+	var j *journal
+	if !opts.NoJournal {
+		if j, err = openJournal(path, syncMode == "FULL"); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if j != nil {
+			if err := replayJournal(ctx, conn, j, s.log); err != nil {
+				j.close()
+				conn.Close()
+				return nil, err
+			}
+		}
+	}
 	s.rdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		conn.Close()
@@ -356,8 +375,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, store.Unavailable("open store", err)
 	}
 	s.cdb.SetMaxOpenConns(1)
-	w, err := newWriter(ctx, conn, s, opts)
+	w, err := newWriter(ctx, conn, s, opts, j)
 	if err != nil {
+		j.close()
 		conn.Close()
 		return nil, err
 	}
@@ -541,6 +561,9 @@ func (s *Store) unlock() {
 // AUTOINCREMENT gave out in a committed transaction, deleted rows
 // included.
 func (s *Store) lastCommitted(ctx context.Context) (int64, error) {
+	if err := s.w.barrier(ctx, "follow events"); err != nil {
+		return 0, err
+	}
 	var last int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(
 		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
@@ -569,8 +592,19 @@ func (s *Store) closeDBs() error {
 	return errors.Join(errs...)
 }
 
-// readable checks ctx and that the store is open.
+// readable checks ctx and that the store is open, then waits until every
+// event, receipt and checkpoint acknowledged before the call is in SQLite
+// (the journal's barrier), so that the read that follows sees them.
 func (s *Store) readable(ctx context.Context, op string) error {
+	if err := s.open(ctx, op); err != nil {
+		return err
+	}
+	return s.w.barrier(ctx, op)
+}
+
+// open checks ctx and that the store is open: for reads of approvals and
+// sessions, whose writes commit to SQLite before they return.
+func (s *Store) open(ctx context.Context, op string) error {
 	if err := store.ContextError(ctx, op); err != nil {
 		return err
 	}
@@ -579,6 +613,11 @@ func (s *Store) readable(ctx context.Context, op string) error {
 	}
 	return nil
 }
+
+// Journaled reports whether this Store owns the journal (see the package
+// doc, "Journal"): false with Options.NoJournal, when another Store holds
+// it, or on systems without flock(2). Safe for concurrent use.
+func (s *Store) Journaled() bool { return s.w != nil && s.w.j != nil }
 
 // ChainError returns the AuditUnavailable error that makes this store
 // refuse every write since Open, or nil: the stored receipt chain's head is
