@@ -314,6 +314,9 @@ type journal struct {
 	sync bool  // fdatasync after each append (synchronous "full")
 	size int64 // bytes appended since the last truncation
 	buf  []byte
+	// writeHook, if set, replaces the frame's write (tests: a short write
+	// that fails).
+	writeHook func(f *os.File, b []byte, off int64) error
 }
 
 // openJournal opens (creating it, mode 0600) and locks the journal of the
@@ -365,7 +368,11 @@ func (j *journal) recover() ([]*jFrame, error) {
 // the journal must not be appended to again.
 func (j *journal) append(f *jFrame) (cutFailed bool, err error) {
 	j.buf = appendFrame(j.buf[:0], f)
-	_, err = j.f.WriteAt(j.buf, j.size)
+	if j.writeHook != nil {
+		err = j.writeHook(j.f, j.buf, j.size)
+	} else {
+		_, err = j.f.WriteAt(j.buf, j.size)
+	}
 	if err == nil && j.sync {
 		err = fdatasync(j.f)
 	}
