@@ -456,3 +456,26 @@ func normal(f *jFrame) *jFrame {
 	}
 	return &g
 }
+
+// TestNoJournalReplaysLeftJournal: switching the journal off (NoJournal)
+// after a crash still applies what the journal holds, and then writes
+// without it.
+func TestNoJournalReplaysLeftJournal(t *testing.T) {
+	s := openHeld(t, tempDB(t))
+	appendCalls(t, s, "run_n", 3)
+	img := crashImage(t, s)
+	c := openAt(t, img, Options{NoJournal: true})
+	if c.Journaled() {
+		t.Fatal("NoJournal store owns the journal")
+	}
+	if evs, err := c.EventsByRun(context.Background(), "acme", "run_n", -1, 100); err != nil || len(evs) != 6 {
+		t.Fatalf("after replay without a journal: %d events, %v; want 6", len(evs), err)
+	}
+	appendCalls(t, c, "run_n2", 1)
+	if fi, err := os.Stat(img + JournalSuffix); err != nil || fi.Size() != 0 {
+		t.Fatalf("journal after a NoJournal store wrote: %v, %v", fi, err)
+	}
+	if rep := verifyExport(t, c); rep.Receipts != 4 {
+		t.Fatalf("%d receipts verify, want 4", rep.Receipts)
+	}
+}

@@ -292,9 +292,11 @@ type Options struct {
 	// systems without flock(2); see the package doc, "Exclusive".
 	Exclusive bool
 	// NoJournal makes every group commit an SQLite commit, as before the
-	// journal (see the package doc, "Journal"). false (default): the Store
-	// that owns the journal file (path + JournalSuffix) makes it the
-	// durability point of events, receipts and checkpoints.
+	// journal (see the package doc, "Journal"); a journal an earlier owner
+	// left is still replayed at Open (config store.journal: false). false
+	// (default): the Store that owns the journal file (path +
+	// JournalSuffix) makes it the durability point of events, receipts and
+	// checkpoints.
 	NoJournal bool
 }
 
@@ -402,7 +404,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, store.Unavailable("open store: record the signing key", err)
 	}
 	var j *journal
-	if !opts.NoJournal {
+	// Without a journal of its own (NoJournal), a Store still replays a
+	// journal left by an earlier owner that nobody holds now, so that
+	// switching the journal off never drops acknowledged rows.
+	if fi, serr := os.Stat(path + JournalSuffix); !opts.NoJournal || (serr == nil && fi.Size() > 0) {
 		if j, err = openJournal(path, syncMode == "FULL"); err != nil {
 			conn.Close()
 			return nil, err
@@ -412,6 +417,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 				j.close()
 				conn.Close()
 				return nil, err
+			}
+			if opts.NoJournal {
+				j.close()
+				j = nil
 			}
 		}
 	}
