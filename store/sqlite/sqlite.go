@@ -57,7 +57,9 @@
 //     journal, committed to the WAL) before its callers return, without
 //     fsync. It survives a crash or kill -9 of the process (the kernel has
 //     the data), not a power loss or kernel crash (the last groups may be
-//     lost; the database and the journal's whole frames stay consistent).
+//     lost; the database and the journal's whole frames stay consistent:
+//     each truncation of the journal is synced, about ten per second at
+//     most, so new frames never overlay old ones after a power loss).
 //   - "full": the journal is fdatasynced after every group (without a
 //     journal, the WAL is fsynced at every commit), and SQLite's commits
 //     are synchronous too, before the journal is truncated; it survives
