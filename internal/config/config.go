@@ -100,7 +100,7 @@ type Store struct {
 	Driver      string `yaml:"driver"` // sqlite (default) | postgres | memory
 	DSN         string `yaml:"dsn"`
 	Synchronous string `yaml:"synchronous"` // sqlite: normal (default) | full
-	// Journal (sqlite; default true) makes the journal file next to the
+	// Journal (sqlite; nil means true) makes the journal file next to the
 	// database (dsn + ".tgjournal") the durability point of events and
 	// receipts; false commits every group to SQLite (sqlite.Options.NoJournal).
 	Journal *bool `yaml:"journal"`
@@ -706,10 +706,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Store.DSN == "" && c.Store.Driver == "sqlite" {
 		c.Store.DSN = "toolgate.db"
-	}
-	if c.Store.Journal == nil {
-		on := true
-		c.Store.Journal = &on
 	}
 	if c.Store.Synchronous == "" {
 		c.Store.Synchronous = "normal"
