@@ -112,6 +112,7 @@ func TestKill9LosesNoAcknowledgedCall(t *testing.T) {
 	path := filepath.Join(dir, "toolgate.db")
 	rng := rand.New(rand.NewPCG(9, 9))
 	acked := map[string]bool{}
+	replays := 0 // kills that left acknowledged records in the journal only
 	for kill := 0; kill < 20; kill++ {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), crashEnv+"="+path)
@@ -140,9 +141,15 @@ func TestKill9LosesNoAcknowledgedCall(t *testing.T) {
 		if n < target {
 			t.Fatalf("kill %d: child exited after %d acks (wanted %d): %s", kill, n, target, stderr.String())
 		}
+		if fi, err := os.Stat(path + sqlite.JournalSuffix); err == nil && fi.Size() > 0 {
+			replays++
+		}
 		checkAfterCrash(t, kill, path, acked)
 	}
-	t.Logf("20 kills, %d acknowledged calls, all recorded", len(acked))
+	if replays == 0 {
+		t.Fatal("no kill left records in the journal: the replay at Open was never exercised")
+	}
+	t.Logf("20 kills (%d with a journal to replay), %d acknowledged calls, all recorded", replays, len(acked))
 }
 
 func checkAfterCrash(t *testing.T, kill int, path string, acked map[string]bool) {

@@ -55,7 +55,7 @@ func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 	if err != nil {
 		return nil, failure("signing key %s: %v", cfg.Signing.KeyFile, err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: receipt.NewSigner(key), Existing: true, FollowPoll: followPoll})
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, NoJournal: cfg.Store.NoJournal(), Signer: receipt.NewSigner(key), Existing: true, FollowPoll: followPoll})
 	if err != nil {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)
 	}
@@ -90,7 +90,7 @@ func openServeStore(ctx context.Context, cfg *config.Config, signer *receipt.Sig
 		}
 		return st, nil
 	}
-	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, Signer: signer, Exclusive: true,
+	st, err := sqlite.Open(ctx, cfg.Store.DSN, sqlite.Options{Synchronous: cfg.Store.Synchronous, NoJournal: cfg.Store.NoJournal(), Signer: signer, Exclusive: true,
 		Retention: retention, Logger: logger})
 	if err != nil {
 		return nil, failure("opening store %s: %v", cfg.Store.DSN, err)

@@ -100,7 +100,14 @@ type Store struct {
 	Driver      string `yaml:"driver"` // sqlite (default) | postgres | memory
 	DSN         string `yaml:"dsn"`
 	Synchronous string `yaml:"synchronous"` // sqlite: normal (default) | full
+	// Journal (sqlite; nil means true) makes the journal file next to the
+	// database (dsn + ".tgjournal") the durability point of events and
+	// receipts; false commits every group to SQLite (sqlite.Options.NoJournal).
+	Journal *bool `yaml:"journal"`
 }
+
+// NoJournal reports whether store.journal is false.
+func (s Store) NoJournal() bool { return s.Journal != nil && !*s.Journal }
 
 // RateLimit selects the rate-limit backend.
 type RateLimit struct {

@@ -188,6 +188,9 @@ func (s *Store) Follow(ctx context.Context, tenant, cursor string) (<-chan store
 
 // readAfter is the feed's catch-up read.
 func (s *Store) readAfter(ctx context.Context, tenant string, after, upto int64, limit int) ([]store.Record, error) {
+	if err := s.w.barrier(ctx, "follow events"); err != nil {
+		return nil, err
+	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+eventCols+` FROM events
 		WHERE pos > ? AND pos <= ? AND tenant = ? ORDER BY pos LIMIT ?`, after, upto, tenant, limit)
 	if err != nil {

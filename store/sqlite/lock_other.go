@@ -2,6 +2,8 @@
 
 package sqlite
 
+import "os"
+
 // lockStore takes no lock on systems without flock(2): Options.Exclusive
 // has no effect there (see the package doc, "Exclusive").
 func lockStore(string) (*storeLock, error) { return nil, nil }
@@ -11,3 +13,7 @@ type storeLock struct{}
 
 // Close does nothing.
 func (*storeLock) Close() {}
+
+// tryFlock reports false: without flock(2) a journal's single owner cannot
+// be enforced, so these systems write without the journal.
+func tryFlock(*os.File) (bool, error) { return false, nil }

@@ -135,3 +135,13 @@ func realPath(path string) string {
 	}
 	return path
 }
+
+// tryFlock takes an exclusive, non-blocking flock(2) on f: false (and no
+// error) if another open file holds it.
+func tryFlock(f *os.File) (bool, error) {
+	err := flock(f)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -102,7 +102,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *store.Approval) error {
 // GetApproval implements store.Approvals.GetApproval.
 func (s *Store) GetApproval(ctx context.Context, tenant, id string) (*store.Approval, error) {
 	const op = "get approval"
-	if err := s.readable(ctx, op); err != nil {
+	if err := s.open(ctx, op); err != nil {
 		return nil, err
 	}
 	a, err := scanApproval(s.rdb.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
@@ -118,7 +118,7 @@ func (s *Store) GetApproval(ctx context.Context, tenant, id string) (*store.Appr
 // ListApprovals implements store.Approvals.ListApprovals.
 func (s *Store) ListApprovals(ctx context.Context, tenant string, status store.ApprovalStatus) ([]store.Approval, error) {
 	const op = "list approvals"
-	if err := s.readable(ctx, op); err != nil {
+	if err := s.open(ctx, op); err != nil {
 		return nil, err
 	}
 	if status != "" && !status.Valid() {
@@ -235,7 +235,7 @@ func (s *Store) CloseSession(ctx context.Context, tenant, id, outcome string, at
 // GetSession implements store.Sessions.GetSession.
 func (s *Store) GetSession(ctx context.Context, tenant, id string) (*store.Session, error) {
 	const op = "get session"
-	if err := s.readable(ctx, op); err != nil {
+	if err := s.open(ctx, op); err != nil {
 		return nil, err
 	}
 	sess, err := scanSession(s.rdb.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, id))

@@ -4,15 +4,74 @@
 //
 // # Durability
 //
-// Every write (events, receipts, approvals, sessions) returns only after the
-// transaction holding it has committed: durable before visible (DESIGN.md
-// decision 7). Options.Synchronous chooses what "durable" survives:
+// Every write (events, receipts, approvals, sessions) returns only once it
+// is durable (DESIGN.md decision 7): durable before visible.
 //
-//   - "normal" (default): a commit is written to the WAL file before it
-//     returns, without fsync. It survives a crash or kill -9 of the process,
-//     not a power loss or kernel crash (the last commits may be lost; the
-//     database stays consistent).
-//   - "full": the WAL is fsynced at every commit; it survives power loss.
+// # Journal
+//
+// For events, receipts and checkpoints (the writes of every tool call) the
+// durability point is the journal: an append-only file next to the
+// database, path + JournalSuffix ("toolgate.db.tgjournal", mode 0600). Each
+// group commit (see below) is one frame, length-prefixed and CRC-32C
+// checksummed (journal.go has the format), appended with one write(2); its
+// callers return once that write (and, under "full", its fdatasync) has
+// returned. The same rows are inserted, in multi-row statements, into an
+// SQLite transaction that the writer keeps open across group commits and
+// commits ("applies") only every 100 ms, when it holds 16,384 items, when a
+// read needs it, before an approval, session or prune write commits, and at
+// Close; after each such commit the journal is truncated to zero. One
+// SQLite commit then covers hundreds of calls instead of one batch.
+//
+// Reads see every acknowledged write: a read of events, receipts,
+// checkpoints or chains (EventsByRun, EventsByTime, OpenCalls, Follow's
+// catch-up, ReceiptsByChain, ReceiptByID, ExportReceipts, Checkpoints,
+// Chains, Prune) first waits until the SQLite transaction holding every row
+// acknowledged before the read began has committed (asking the writer to
+// commit at once). Follow delivers events live as their frame is written.
+// Approvals and sessions are not journaled: their writes commit to SQLite
+// before they return, so their reads need no wait.
+//
+// At Open, a journal that is not empty (the previous owner ended, kill -9
+// or power loss, before its next commit) is inserted into SQLite in one
+// transaction before anything else happens, idempotently (an event whose
+// id or position is stored, a receipt whose id or chain seq is stored, a
+// stored checkpoint: each is left as it is, so a journal applied twice adds
+// nothing), and truncated; the writer then resumes run sequences and the
+// chain from SQLite as before. A last frame cut short by a crash mid-write
+// (shorter than its length says, a bad checksum on the last frame, or
+// zeros after the last frame) was never acknowledged: it is dropped and cut
+// from the file. A bad frame followed by more data is corruption, not a
+// torn write: Open fails with AuditUnavailable naming the journal and the
+// offset, and changes nothing.
+//
+// The journal belongs to one Store: Open takes an exclusive flock(2) on
+// it. A second Store on the same file (a CLI command beside a running
+// gateway) finds it locked and writes without a journal, straight to
+// SQLite as below; it sees the owner's rows once the owner has applied them
+// (within 100 ms). Options.NoJournal, and systems without flock(2), also
+// write without one.
+//
+// Options.Synchronous chooses what "durable" survives:
+//
+//   - "normal" (default): a group is written to the journal (or, without a
+//     journal, committed to the WAL) before its callers return, without
+//     fsync. It survives a crash or kill -9 of the process (the kernel has
+//     the data), not a power loss or kernel crash (the last groups may be
+//     lost; the database and the journal's whole frames stay consistent:
+//     each truncation of the journal is synced, about ten per second at
+//     most, so new frames never overlay old ones after a power loss).
+//   - "full": the journal is fdatasynced after every group (without a
+//     journal, the WAL is fsynced at every commit), and SQLite's commits
+//     are synchronous too, before the journal is truncated; it survives
+//     power loss.
+//
+// A journal write that fails (disk full, I/O error) fails the group with
+// AuditUnavailable, like a failed commit (see Failures): the part written
+// is cut off again, and if even that fails the store refuses every later
+// write. An SQLite commit of the open transaction that fails loses no
+// acknowledged row: they are still in the journal, and the next
+// transaction re-inserts them from it first; reads waiting for that commit
+// fail with AuditUnavailable meanwhile.
 //
 // # Group commit
 //
@@ -36,8 +95,8 @@
 // caller never waits.
 // Events of a batch are inserted with multi-row statements.
 //
-// Each caller returns once the transaction holding its items has committed
-// (or failed). Once a request is queued its caller waits for that outcome
+// Each caller returns once the group holding its items is durable (its
+// journal frame written, or its transaction committed) or has failed. Once a request is queued its caller waits for that outcome
 // whatever its ctx says, so an error always means nothing was stored; a
 // request whose ctx ended before the writer reached it is skipped and fails
 // with Cancelled or Timeout.
@@ -234,6 +293,13 @@ type Options struct {
 	// and checks no lock (readers that run beside a gateway). No effect on
 	// systems without flock(2); see the package doc, "Exclusive".
 	Exclusive bool
+	// NoJournal makes every group commit an SQLite commit, as before the
+	// journal (see the package doc, "Journal"); a journal an earlier owner
+	// left is still replayed at Open (config store.journal: false). false
+	// (default): the Store that owns the journal file (path +
+	// JournalSuffix) makes it the durability point of events, receipts and
+	// checkpoints.
+	NoJournal bool
 }
 
 // Store is the SQLite backend. All methods are safe for concurrent use.
@@ -339,6 +405,27 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		conn.Close()
 		return nil, store.Unavailable("open store: record the signing key", err)
 	}
+	var j *journal
+	// Without a journal of its own (NoJournal), a Store still replays a
+	// journal left by an earlier owner that nobody holds now, so that
+	// switching the journal off never drops acknowledged rows.
+	if fi, serr := os.Stat(path + JournalSuffix); !opts.NoJournal || (serr == nil && fi.Size() > 0) {
+		if j, err = openJournal(path, syncMode == "FULL"); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if j != nil {
+			if err := replayJournal(ctx, conn, j, s.log); err != nil {
+				j.close()
+				conn.Close()
+				return nil, err
+			}
+			if opts.NoJournal {
+				j.close()
+				j = nil
+			}
+		}
+	}
 	s.rdb, err = sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		conn.Close()
@@ -356,8 +443,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, store.Unavailable("open store", err)
 	}
 	s.cdb.SetMaxOpenConns(1)
-	w, err := newWriter(ctx, conn, s, opts)
+	w, err := newWriter(ctx, conn, s, opts, j)
 	if err != nil {
+		j.close()
 		conn.Close()
 		return nil, err
 	}
@@ -541,6 +629,9 @@ func (s *Store) unlock() {
 // AUTOINCREMENT gave out in a committed transaction, deleted rows
 // included.
 func (s *Store) lastCommitted(ctx context.Context) (int64, error) {
+	if err := s.w.barrier(ctx, "follow events"); err != nil {
+		return 0, err
+	}
 	var last int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(
 		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
@@ -569,8 +660,19 @@ func (s *Store) closeDBs() error {
 	return errors.Join(errs...)
 }
 
-// readable checks ctx and that the store is open.
+// readable checks ctx and that the store is open, then waits until every
+// event, receipt and checkpoint acknowledged before the call is in SQLite
+// (the journal's barrier), so that the read that follows sees them.
 func (s *Store) readable(ctx context.Context, op string) error {
+	if err := s.open(ctx, op); err != nil {
+		return err
+	}
+	return s.w.barrier(ctx, op)
+}
+
+// open checks ctx and that the store is open: for reads of approvals and
+// sessions, whose writes commit to SQLite before they return.
+func (s *Store) open(ctx context.Context, op string) error {
 	if err := store.ContextError(ctx, op); err != nil {
 		return err
 	}
@@ -579,6 +681,11 @@ func (s *Store) readable(ctx context.Context, op string) error {
 	}
 	return nil
 }
+
+// Journaled reports whether this Store owns the journal (see the package
+// doc, "Journal"): false with Options.NoJournal, when another Store holds
+// it, or on systems without flock(2). Safe for concurrent use.
+func (s *Store) Journaled() bool { return s.w != nil && s.w.j != nil }
 
 // ChainError returns the AuditUnavailable error that makes this store
 // refuse every write since Open, or nil: the stored receipt chain's head is

@@ -109,7 +109,33 @@ type writer struct {
 	fatal     error            // the storage failure that dooms the open transaction
 	failHook  atomic.Pointer[func() error]
 	batchHook func(n int) // tests: called with each committed batch's request count
+
+	// The journal (nil: every batch commits to SQLite; see journal.go).
+	j          *journal
+	frame      jFrame    // the open batch's rows, for its journal frame
+	inTx       bool      // the SQLite transaction holding acknowledged rows is open
+	txLost     bool      // acknowledged rows are in the journal only: replay them into the next transaction
+	txSince    time.Time // when the open transaction began
+	txItems    int       // items acknowledged in the open transaction
+	applyEvery time.Duration
+	applyTimer *time.Timer
+	wantApply  chan struct{} // a reader waits for the journal to be applied (barrier)
+	acked      atomic.Int64  // journal frames acknowledged (written) so far
+	applied    atomic.Int64  // acked as of the last commit of the SQLite transaction
+	applyErr   atomic.Pointer[error]
+	applyMu    sync.Mutex
+	appliedCh  chan struct{} // closed (and replaced) after every apply attempt
+	replayHook func()        // tests: called when acknowledged rows are replayed into a new transaction
 }
+
+// Journal tuning: the SQLite transaction that holds acknowledged rows is
+// committed (applied) once it is applyEvery old or holds applyItems items,
+// when a reader waits for it (barrier), before an operation that is not
+// journaled (approvals, sessions, prune) commits, and at Close.
+const (
+	defaultApplyEvery = 100 * time.Millisecond
+	applyItems        = 16384
+)
 
 // stmts are the writer's prepared statements, bound to its connection.
 type stmts struct {
@@ -123,13 +149,16 @@ type stmts struct {
 // newWriter prepares the writer on conn: statements, the last event
 // position, and the chain resumed after the last stored receipt (its head
 // checkpointed if no stored checkpoint covers it).
-func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options) (*writer, error) {
+func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options, j *journal) (*writer, error) {
 	w := &writer{
 		conn: conn, signer: opts.Signer, log: s.log, maxBatch: opts.MaxBatch, maxDelay: opts.MaxDelay, now: opts.Now,
 		reqs: make(chan *request, opts.QueueSize), stop: make(chan struct{}), done: make(chan struct{}),
 		seqs: map[runKey]int64{}, pending: map[runKey]int64{}, timer: time.NewTimer(time.Hour),
+		j: j, applyEvery: defaultApplyEvery, applyTimer: time.NewTimer(time.Hour),
+		wantApply: make(chan struct{}, 1), appliedCh: make(chan struct{}),
 	}
 	w.timer.Stop()
+	w.applyTimer.Stop()
 	var err error
 	for _, p := range []struct {
 		dst **sql.Stmt
@@ -226,6 +255,7 @@ func (w *writer) close() error {
 		errs = append(errs, w.conn.Close())
 		w.conn = nil
 	}
+	errs = append(errs, w.j.close())
 	return errors.Join(errs...)
 }
 
@@ -273,9 +303,19 @@ func (w *writer) run() {
 	for {
 		r := w.next()
 		if r == nil {
+			w.applyNow()
 			return
 		}
 		w.commitBatch(r)
+		if w.inTx && (w.txItems >= applyItems || time.Since(w.txSince) >= w.applyEvery) {
+			w.applyNow()
+		} else if w.inTx {
+			select {
+			case <-w.wantApply:
+				w.applyNow()
+			default:
+			}
+		}
 	}
 }
 
@@ -283,6 +323,34 @@ func (w *writer) run() {
 // must exit (stop was requested and the queue is empty). While it waits it
 // lets the WAL restart when that is due (see checkpointer).
 func (w *writer) next() *request {
+	for w.inTx {
+		// Acknowledged rows wait in the open transaction: apply them when
+		// they are due or a reader asks, whichever comes first.
+		wait := time.Until(w.txSince.Add(w.applyEvery))
+		if wait <= 0 {
+			w.applyNow()
+			break
+		}
+		w.applyTimer.Reset(wait)
+		select {
+		case r := <-w.reqs:
+			w.applyTimer.Stop()
+			return r
+		case <-w.wantApply:
+			w.applyTimer.Stop()
+			w.applyNow()
+		case <-w.applyTimer.C:
+			w.applyNow()
+		case <-w.stop:
+			w.applyTimer.Stop()
+			select {
+			case r := <-w.reqs:
+				return r
+			default:
+				return nil
+			}
+		}
+	}
 	if frames := w.ckpt.frames.Load(); frames >= hardWALFrames {
 		w.restartWAL()
 	} else if frames >= softWALFrames {
@@ -297,15 +365,19 @@ func (w *writer) next() *request {
 			w.timer.Stop()
 		}
 	}
-	select {
-	case r := <-w.reqs:
-		return r
-	case <-w.stop:
+	for {
 		select {
 		case r := <-w.reqs:
 			return r
-		default:
-			return nil
+		case <-w.wantApply:
+			w.applyNow() // nothing is pending unless a transaction was lost
+		case <-w.stop:
+			select {
+			case r := <-w.reqs:
+				return r
+			default:
+				return nil
+			}
 		}
 	}
 }
@@ -325,15 +397,16 @@ func (w *writer) restartWAL() {
 // request.
 func (w *writer) commitBatch(first *request) {
 	w.batch, w.recs, w.linked, w.fatal = w.batch[:0], w.recs[:0], nil, nil
+	w.frame.reset()
 	clear(w.pending)
-	if _, err := w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+	if err := w.begin(); err != nil {
 		w.fatal = err
 		w.batch = append(w.batch, first)
 		w.finish()
 		return
 	}
 	deadline := time.Now().Add(w.maxDelay)
-	items, called, outcomes := 0, 0, false
+	items, called, outcomes, ops := 0, 0, false, false
 	r := first
 take:
 	for {
@@ -349,6 +422,8 @@ take:
 		case kindOutcome:
 			w.open = max(w.open-1, 0)
 			outcomes = true
+		case kindOp:
+			ops = true
 		}
 		w.apply(r)
 		if w.fatal != nil || items >= w.maxBatch || time.Now().After(deadline) {
@@ -413,12 +488,175 @@ take:
 			w.fatal = (*hook)()
 		}
 	}
-	if w.fatal == nil {
+	switch {
+	case w.fatal != nil:
+	case w.j == nil:
 		if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
 			w.fatal = err
 		}
+	case ops:
+		// Operations (approvals, sessions, prune) are not journaled: they
+		// are durable once SQLite committed them, with every acknowledged
+		// row before them.
+		w.txItems += items
+		if err := w.commitTx(); err != nil {
+			w.fatal = err
+		}
+	default:
+		w.journalBatch()
+		w.txItems += items
 	}
 	w.finish()
+}
+
+// begin opens the batch's transaction: a new one per batch without a
+// journal; with one, the transaction that holds acknowledged rows until the
+// next apply, opened if needed (and filled from the journal first if the
+// previous one was lost).
+func (w *writer) begin() error {
+	if w.j != nil && w.inTx {
+		return nil
+	}
+	if _, err := w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	if w.j == nil {
+		return nil
+	}
+	w.inTx, w.txSince, w.txItems = true, time.Now(), 0
+	if !w.txLost {
+		return nil
+	}
+	frames, err := w.j.recover()
+	if err == nil {
+		err = replayFrames(context.Background(), w.conn, frames)
+	}
+	if err != nil {
+		w.inTx = false
+		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+			w.log.Debug("store: rollback", "err", rerr)
+		}
+		return errcode.Wrap(errcode.AuditUnavailable, err, "store write: replaying the journal into the database")
+	}
+	w.txLost = false
+	if w.replayHook != nil {
+		w.replayHook()
+	}
+	return nil
+}
+
+// journalBatch appends the batch's rows to the journal as one frame: the
+// batch is durable (and acknowledged) once it is written.
+func (w *writer) journalBatch() {
+	for i := range w.recs {
+		ev := &w.recs[i].Event
+		w.frame.Events = append(w.frame.Events, jEvent{Pos: w.recs[i].Pos, Seq: ev.Sequence, EventID: ev.EventID, Tenant: ev.Tenant,
+			RunID: ev.RunID, Type: ev.Type, TS: fmtTime(ev.Timestamp), CausationID: ev.CausationID,
+			SchemaVersion: int64(ev.SchemaVersion), Payload: ev.Payload, Principal: ev.Principal})
+	}
+	if w.frame.empty() {
+		return // idempotent re-appends, refused requests: nothing new
+	}
+	cutFailed, err := w.j.append(&w.frame)
+	if err != nil {
+		w.fatal = err
+		if cutFailed {
+			w.broken = errcode.Wrap(errcode.AuditUnavailable, err, "store write: the journal could not be cut back after a failed write; every write is refused")
+		}
+		return
+	}
+	w.acked.Add(1)
+}
+
+// commitTx commits the journaled transaction and truncates the journal.
+// On failure the transaction is rolled back and marked lost: the next one
+// replays the journal.
+func (w *writer) commitTx() error {
+	if !w.inTx {
+		return nil
+	}
+	if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
+		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+			w.log.Debug("store: rollback", "err", rerr)
+		}
+		w.inTx, w.txLost = false, true
+		clear(w.seqs)
+		return err
+	}
+	w.inTx, w.txItems = false, 0
+	if err := w.j.truncate(); err != nil {
+		// Its frames are committed: a replay inserts nothing twice.
+		w.log.Warn("store: truncating the journal failed", "err", err)
+	}
+	w.ckpt.committed()
+	return nil
+}
+
+// applyNow commits the acknowledged rows to SQLite (see commitTx) and wakes
+// the readers waiting for them (barrier).
+func (w *writer) applyNow() {
+	if w.j == nil {
+		return
+	}
+	target := w.acked.Load()
+	var err error
+	if w.txLost && !w.inTx {
+		err = w.begin()
+	}
+	if err == nil {
+		err = w.commitTx()
+	}
+	if err != nil {
+		w.log.Error("store: applying the journal to the database failed; it stays in the journal", "err", err)
+		w.applyErr.Store(&err)
+	} else {
+		w.applyErr.Store(nil)
+		w.applied.Store(target)
+	}
+	w.applyMu.Lock()
+	close(w.appliedCh)
+	w.appliedCh = make(chan struct{})
+	w.applyMu.Unlock()
+}
+
+// barrier waits until every row acknowledged before it was called is
+// committed to SQLite, so that a read after it sees them; a no-op without a
+// journal. Errors (*errcode.Error): Cancelled or Timeout when ctx ends;
+// AuditUnavailable when the apply failed; StoreClosed-like ErrClosed after
+// Close with rows unapplied.
+func (w *writer) barrier(ctx context.Context, op string) error {
+	if w == nil || w.j == nil {
+		return nil
+	}
+	target := w.acked.Load()
+	for {
+		w.applyMu.Lock()
+		ch := w.appliedCh
+		w.applyMu.Unlock()
+		if w.applied.Load() >= target {
+			return nil
+		}
+		select {
+		case w.wantApply <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ch:
+			if w.applied.Load() >= target {
+				return nil
+			}
+			if e := w.applyErr.Load(); e != nil {
+				return errcode.Wrap(errcode.AuditUnavailable, *e, op+": the journal could not be applied to the database")
+			}
+		case <-ctx.Done():
+			return store.ContextError(ctx, op)
+		case <-w.done:
+			if w.applied.Load() >= target {
+				return nil
+			}
+			return store.ErrClosed(op)
+		}
+	}
 }
 
 // apply runs one request inside the open transaction, setting r.err for a
@@ -461,6 +699,10 @@ func (w *writer) checkpoint() {
 	}
 	if err != nil {
 		w.fatal = err
+		return
+	}
+	if w.j != nil {
+		w.frame.Checkpoints = append(w.frame.Checkpoints, jCheckpoint{ChainID: cp.ChainID, Seq: cp.Seq, Body: body})
 	}
 }
 
@@ -514,6 +756,12 @@ func (w *writer) rollback() {
 	if _, err := w.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
 		w.log.Debug("store: rollback", "err", err) // SQLite may have rolled back already
 	}
+	if w.j != nil && w.inTx {
+		// The transaction held acknowledged rows of earlier batches too:
+		// they are in the journal, and the next transaction replays them.
+		w.inTx, w.txLost = false, w.j.size > 0
+	}
+	w.frame.reset()
 	clear(w.seqs)
 	clear(w.pending)
 	w.resetStage()
@@ -700,6 +948,9 @@ func (w *writer) applyReceipt(r *request) error {
 	}
 	if err == nil {
 		w.linked = body
+		if w.j != nil {
+			w.frame.Receipts = append(w.frame.Receipts, jReceipt{ChainID: rc.ChainID, Seq: rc.Seq, ReceiptID: rc.ReceiptID, Tenant: rc.Tenant, Body: body})
+		}
 	}
 	return err
 }
