@@ -461,6 +461,16 @@ func convertSchema(ref *openapi3.SchemaRef, depth int, onPath map[*openapi3.Sche
 			out[k] = v
 		}
 	}
+	setU := func(k string, p *uint64) {
+		if p != nil {
+			out[k] = *p
+		}
+	}
+	setF := func(k string, p *float64) {
+		if p != nil {
+			out[k] = *p
+		}
+	}
 	set("title", s.Title, s.Title != "")
 	set("description", s.Description, s.Description != "")
 	set("format", s.Format, s.Format != "")
@@ -469,30 +479,30 @@ func convertSchema(ref *openapi3.SchemaRef, depth int, onPath map[*openapi3.Sche
 	set("const", s.Const, s.Const != nil)
 	set("pattern", s.Pattern, s.Pattern != "")
 	set("minLength", s.MinLength, s.MinLength > 0)
-	set("maxLength", deref(s.MaxLength), s.MaxLength != nil)
+	setU("maxLength", s.MaxLength)
 	set("minItems", s.MinItems, s.MinItems > 0)
-	set("maxItems", deref(s.MaxItems), s.MaxItems != nil)
+	setU("maxItems", s.MaxItems)
 	set("uniqueItems", true, s.UniqueItems)
 	set("minProperties", s.MinProps, s.MinProps > 0)
-	set("maxProperties", deref(s.MaxProps), s.MaxProps != nil)
-	set("multipleOf", derefF(s.MultipleOf), s.MultipleOf != nil)
+	setU("maxProperties", s.MaxProps)
+	setF("multipleOf", s.MultipleOf)
 	switch {
 	case s.ExclusiveMin.Value != nil:
 		out["exclusiveMinimum"] = *s.ExclusiveMin.Value
-		set("minimum", derefF(s.Min), s.Min != nil)
+		setF("minimum", s.Min)
 	case s.ExclusiveMin.Bool != nil && *s.ExclusiveMin.Bool && s.Min != nil:
 		out["exclusiveMinimum"] = *s.Min
 	default:
-		set("minimum", derefF(s.Min), s.Min != nil)
+		setF("minimum", s.Min)
 	}
 	switch {
 	case s.ExclusiveMax.Value != nil:
 		out["exclusiveMaximum"] = *s.ExclusiveMax.Value
-		set("maximum", derefF(s.Max), s.Max != nil)
+		setF("maximum", s.Max)
 	case s.ExclusiveMax.Bool != nil && *s.ExclusiveMax.Bool && s.Max != nil:
 		out["exclusiveMaximum"] = *s.Max
 	default:
-		set("maximum", derefF(s.Max), s.Max != nil)
+		setF("maximum", s.Max)
 	}
 	if s.Items != nil {
 		out["items"] = sub(s.Items)
@@ -528,7 +538,3 @@ func convertSchema(ref *openapi3.SchemaRef, depth int, onPath map[*openapi3.Sche
 	}
 	return out
 }
-
-func deref(p *uint64) uint64 { return *p }
-
-func derefF(p *float64) float64 { return *p }

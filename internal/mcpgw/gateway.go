@@ -98,8 +98,8 @@ type Options struct {
 	// served as <name> (dots replaced by the separator) beside the
 	// natives; their output is a CallToolResult.
 	HTTPTools []Native
-	Sessions store.Sessions // nil: session records are not kept (events still are)
-	Events   audit.Log      // for tool.session.* events; nil: none
+	Sessions  store.Sessions // nil: session records are not kept (events still are)
+	Events    audit.Log      // for tool.session.* events; nil: none
 	// Secret registers a resolved credential value for redaction (id, value).
 	Secret     func(id, value string)
 	Logger     *slog.Logger
