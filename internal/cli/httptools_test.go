@@ -316,13 +316,16 @@ policy:
 	code, body = do("GET", "/v1/tools", "")
 	var descs []map[string]any
 	json.Unmarshal([]byte(body), &descs)
-	found := false
+	found, classified := false, false
 	for _, d := range descs {
 		if d["toolId"] == "http:weather" {
 			found = d["source"] == "connector" && d["safetyTier"] == "read" && asJSON(d["auth"]) == `{"credentialRef":true}`
 		}
+		if d["toolId"] == "http:pets_deletePet" { // the tools: block applies to http:* ids
+			classified = d["approval"] == "always" && d["safetyTier"] == "write"
+		}
 	}
-	if code != 200 || !found {
+	if code != 200 || !found || !classified {
 		t.Errorf("GET /v1/tools: %d %s", code, body)
 	}
 	code, explain := do("POST", "/v1/policy/explain", `{"toolId":"http:weather","args":{"city":"Paris"}}`)

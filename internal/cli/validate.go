@@ -186,16 +186,7 @@ func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
 // httpToolIssues builds the HTTP tools as serve would: every openapi file
 // is read and validated, and (unless offline) every openapi url fetched.
 func httpToolIssues(ctx context.Context, cfg *config.Config, offline bool) policy.Issues {
-	c := *cfg
-	if offline {
-		c.OpenAPI = nil
-		for _, o := range cfg.OpenAPI {
-			if o.File != "" {
-				c.OpenAPI = append(c.OpenAPI, o)
-			}
-		}
-	}
-	_, err := httptool.Build(ctx, &c, httptool.Options{})
+	_, err := httptool.Build(ctx, cfg, httptool.Options{SkipURLs: offline})
 	var is policy.Issues
 	if errors.As(err, &is) {
 		return is

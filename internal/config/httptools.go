@@ -221,7 +221,7 @@ func (c *Config) validateHTTPTools(at func(...any) *yaml.Node, add func(*yaml.No
 			}
 		}
 		if o.Server != "" {
-			if u, err := url.Parse(o.Server); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || anyRef.MatchString(o.Server) {
+			if u, err := url.Parse(o.Server); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.ContainsAny(o.Server, "{}") {
 				add(key("server"), "%s.server %q: want an absolute http(s) URL without placeholders", where, o.Server)
 			}
 		}

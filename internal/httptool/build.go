@@ -66,6 +66,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 	}
 	for i, oa := range cfg.OpenAPI {
 		pos := cfg.PosOf("openapi", i)
+		if oa.URL != "" && opts.SkipURLs {
+			continue
+		}
 		ts, err := importOpenAPI(ctx, oa, opts, resolve)
 		if err != nil {
 			issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("openapi[%d]: %v", i, err)})

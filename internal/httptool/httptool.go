@@ -94,9 +94,12 @@ type Options struct {
 	// Secret registers a resolved credential value for redaction (id,
 	// value), before the request carrying it is sent; nil: none.
 	Secret func(id, value string)
-	// Fetch bounds reading an `openapi: {url}` document at Build (default
-	// 30 s); the document is at most MaxDocumentBytes.
+	// FetchTimeout bounds reading an `openapi: {url}` document at Build
+	// (default 30 s); the document is at most MaxDocumentBytes.
 	FetchTimeout time.Duration
+	// SkipURLs leaves out the `openapi: {url}` imports (validate
+	// --offline).
+	SkipURLs bool
 }
 
 // DefaultClient is the client of an HTTP tool when Options.Client is nil:
