@@ -66,6 +66,9 @@ const (
 	// ran; the next start closes the call with this code (no durationMs,
 	// details.ran = "unknown"). Only ever seen in records, never by a caller.
 	GatewayRestarted Code = "gateway_restarted"
+	// ResponseTooLarge: an HTTP tool's response body was longer than its
+	// max_response_bytes; the result holds the cut body and a note.
+	ResponseTooLarge Code = "response_too_large"
 	// Timeout: the call exceeded its deadline.
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the call.
@@ -96,6 +99,7 @@ var statuses = map[Code]int{
 	UpstreamProtocolError: http.StatusBadGateway,
 	UpstreamCrashed:       http.StatusBadGateway,
 	GatewayRestarted:      http.StatusServiceUnavailable,
+	ResponseTooLarge:      http.StatusBadGateway,
 	Timeout:               http.StatusGatewayTimeout,
 	Cancelled:             499,
 	AuditUnavailable:      http.StatusServiceUnavailable,

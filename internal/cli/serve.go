@@ -34,6 +34,7 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/console"
 	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/httptool"
 	"github.com/toolgate/toolgate/internal/mcpgw"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/internal/pipeline"
@@ -286,6 +287,17 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 			natives = append(natives, mcpgw.Native{Descriptor: t.desc, Invoker: nativeInvoker(t.fn)})
 		}
 	}
+	// HTTP tools (http_tools, openapi imports; an openapi url is
+	// fetched now): a document that cannot be read or does not validate
+	// stops the start, naming it.
+	httpTools, err := httptool.Build(ctx, cfg, httptool.Options{Secret: redactor.AddSecret})
+	if err != nil {
+		return failure("%v", err)
+	}
+	var https []mcpgw.Native
+	for _, t := range httpTools {
+		https = append(https, mcpgw.Native{Descriptor: t.Descriptor, Invoker: t.Invoker})
+	}
 	refusals := auth.NewRefusals(logger)
 	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{Refusals: refusals})
 	if err != nil {
@@ -294,7 +306,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	ed := newEdge(cfg.HTTP, logger)
 	authn := &swapAuth{refusals: refusals, onAuth: ed.authenticated}
 	authn.cur.Store(firstAuth)
-	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives,
+	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives, HTTPTools: https,
 		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
 	if err != nil {
 		return failure("%v", err)

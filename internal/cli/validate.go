@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/httptool"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store/postgres"
 )
@@ -48,6 +49,9 @@ Exits 0 when the file is valid, 1 otherwise.`,
 				issues = append(issues, backendIssues(cfg)...)
 				issues = append(issues, cfg.CommandIssues()...)
 				issues = append(issues, cfg.ServerRefIssues()...)
+				if len(issues) == 0 {
+					issues = append(issues, httpToolIssues(cmd.Context(), cfg, offline)...)
+				}
 				if !offline && len(issues) == 0 {
 					issues = append(issues, reachIssues(cmd.Context(), cfg)...)
 				}
@@ -177,4 +181,18 @@ func reachIssues(ctx context.Context, cfg *config.Config) policy.Issues {
 		}
 	}
 	return is
+}
+
+// httpToolIssues builds the HTTP tools as serve would: every openapi file
+// is read and validated, and (unless offline) every openapi url fetched.
+func httpToolIssues(ctx context.Context, cfg *config.Config, offline bool) policy.Issues {
+	_, err := httptool.Build(ctx, cfg, httptool.Options{SkipURLs: offline})
+	var is policy.Issues
+	if errors.As(err, &is) {
+		return is
+	}
+	if err != nil {
+		return policy.Issues{{Pos: cfg.PosOf("openapi"), Message: err.Error()}}
+	}
+	return nil
 }

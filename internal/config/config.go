@@ -41,11 +41,15 @@ type Config struct {
 	Auth        Auth                  `yaml:"auth"`
 	Credentials map[string]Credential `yaml:"credentials"`
 	Servers     []Server              `yaml:"servers"`
-	Tools       []ToolClass           `yaml:"tools"`
-	PolicyNode  yaml.Node             `yaml:"policy"`
-	Approvals   Approvals             `yaml:"approvals"`
-	Hooks       []Hook                `yaml:"hooks"`
-	Log         Log                   `yaml:"log"`
+	// HTTPTools are HTTP APIs served as tools http:<name> (httptools.go).
+	HTTPTools []HTTPTool `yaml:"http_tools"`
+	// OpenAPI imports the operations of OpenAPI 3 documents as HTTP tools.
+	OpenAPI    []OpenAPI   `yaml:"openapi"`
+	Tools      []ToolClass `yaml:"tools"`
+	PolicyNode yaml.Node   `yaml:"policy"`
+	Approvals  Approvals   `yaml:"approvals"`
+	Hooks      []Hook      `yaml:"hooks"`
+	Log        Log         `yaml:"log"`
 	// Observability configures /metrics and telemetry export (issue 16).
 	Observability Observability `yaml:"observability"`
 
@@ -763,6 +767,7 @@ func (c *Config) applyDefaults() {
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
+	c.applyHTTPDefaults()
 }
 
 var (
@@ -995,6 +1000,7 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 			c.checkRefs(v, at("servers", i, "env"), add)
 		}
 	}
+	c.validateHTTPTools(at, add)
 	for i, t := range c.Tools {
 		n := at("tools", i)
 		if t.Match == "" {

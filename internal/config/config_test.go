@@ -392,3 +392,33 @@ func TestTracingSection(t *testing.T) {
 		}
 	}
 }
+
+// http_tools and openapi entries: every shape problem is a located issue.
+func TestHTTPToolsIssues(t *testing.T) {
+	doc := `credentials: {k: {env: K}}
+http_tools:
+  - {name: ok, url: "https://api.example.com/v1/{id}?key={{credential:k}}", headers: {X-Key: "{{credential:k}}"}}
+  - {name: "bad name", url: "https://api.example.com/"}
+  - {name: ok, method: FETCH, url: "https://{host}.example.com/"}
+  - {name: q, url: "ftp://x/", body: args.1x, query: {a: "{{credential:nope}}", b: "{{env:HOME}}"}}
+  - {name: g, url: "https://x.example/", body: args, timeout: 0s, max_response_bytes: -1, egress: {allow_cidrs: [10/8], max_redirects: 99, proxy: "socks5://p"}}
+openapi:
+  - {file: a.yaml, url: "https://x.example/a.json"}
+  - {server: "https://x.example/{v}"}
+`
+	_, err := Parse("h.yaml", []byte(doc))
+	if err == nil {
+		t.Fatal("no issues")
+	}
+	for _, want := range []string{
+		`h.yaml:4:`, `http_tools[1].name "bad name"`,
+		`http_tools[2].name "ok" is a duplicate`, `http_tools[2].method "FETCH"`, `the host is literal`,
+		`http_tools[3].url "ftp://x/"`, `http_tools[3].body "args.1x"`, `{{credential:nope}} refers to an undeclared credential`, `placeholder {{env:HOME}}`,
+		`http_tools[4].body: a GET request has no body`, `http_tools[4].timeout "0s"`, `max_response_bytes -1`, `allow_cidrs[0] "10/8"`, `max_redirects 99`, `proxy "socks5://p"`,
+		`openapi[0]: set exactly one of file or url`, `openapi[1]: set exactly one of file or url`, `openapi[1].server`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("issues lack %q:\n%v", want, err)
+		}
+	}
+}

@@ -87,6 +87,9 @@ func typeName(t reflect.Type) string {
 		}
 		return "list of mappings"
 	case reflect.Map:
+		if t.Elem().Kind() == reflect.Interface {
+			return "mapping" // free-form (a JSON Schema)
+		}
 		if t.Elem().Kind() == reflect.String {
 			return "map of strings"
 		}

@@ -36,7 +36,9 @@ type CallRequest struct {
 // {callId, status, outcome | error, durationMs?, receiptId} so that a
 // caller can read the call's events. Outcome is the tool's JSON result: for
 // an upstream MCP tool its CallToolResult ({content, structuredContent?,
-// …}), for a native tool the value it returned. DurationMs is wall-clock
+// …}), for an HTTP tool (http:<name>) the CallToolResult the gateway
+// built from the API's answer (internal/httptool), for a native tool the
+// value it returned. DurationMs is wall-clock
 // milliseconds. Error.code is from the errcode closed set
 // (tool_execution_failed, timeout, upstream_unavailable, cancelled, …). A
 // plain value.

@@ -94,8 +94,12 @@ type Options struct {
 	Pipeline *pipeline.Pipeline // required; the gateway installs its state
 	Policy   *pipeline.Policy   // nil denies every call
 	Natives  []Native
-	Sessions store.Sessions // nil: session records are not kept (events still are)
-	Events   audit.Log      // for tool.session.* events; nil: none
+	// HTTPTools are HTTP tools (toolId http:<name>, internal/httptool),
+	// served as <name> (dots replaced by the separator) beside the
+	// natives; their output is a CallToolResult.
+	HTTPTools []Native
+	Sessions  store.Sessions // nil: session records are not kept (events still are)
+	Events    audit.Log      // for tool.session.* events; nil: none
 	// Secret registers a resolved credential value for redaction (id, value).
 	Secret     func(id, value string)
 	Logger     *slog.Logger
@@ -176,6 +180,7 @@ type surface struct {
 	tool   map[string]*mcp.Tool // toolId → the tool as listed (name, schema, annotations)
 	names  []string             // surface names, sorted
 	server map[string]string    // toolId → server ("" for native)
+	http   map[string]bool      // toolIds of HTTP tools
 	remote map[string]string    // toolId → upstream tool name
 	descs  map[string]catalog.ToolDescriptor
 	// classes is the tools: classification the catalog was built with,
@@ -391,7 +396,7 @@ func (g *Gateway) SetPolicy(p *pipeline.Policy) error {
 // the policy or classification changed, their resource and prompt lists)
 // may have changed. It returns the top-level sections that differ but need a
 // restart to apply (servers, naming, store, listen, mcp, signing,
-// credentials). Errors: a catalog the new classification makes invalid
+// credentials, http_tools, openapi, ...). Errors: a catalog the new classification makes invalid
 // (the running configuration stays). Safe for concurrent use.
 func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
 	g.mu.Lock()
@@ -413,7 +418,7 @@ func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
 		{"listen", g.cfg.Listen, cfg.Listen}, {"mcp", g.cfg.MCP, cfg.MCP}, {"signing", g.cfg.Signing, cfg.Signing},
 		{"credentials", g.cfg.Credentials, cfg.Credentials}, {"hooks", g.cfg.Hooks, cfg.Hooks},
 		{"approvals", g.cfg.Approvals, cfg.Approvals}, {"audit", g.cfg.Audit, cfg.Audit}, {"ratelimit", g.cfg.RateLimit, cfg.RateLimit},
-		{"openwop", g.cfg.OpenWOP, cfg.OpenWOP},
+		{"openwop", g.cfg.OpenWOP, cfg.OpenWOP}, {"http_tools", g.cfg.HTTPTools, cfg.HTTPTools}, {"openapi", g.cfg.OpenAPI, cfg.OpenAPI},
 	} {
 		if !reflect.DeepEqual(c.old, c.new) {
 			restart = append(restart, c.name)
@@ -435,7 +440,7 @@ func (g *Gateway) rebuildLocked() error {
 	prefix := g.cfg.Naming.Prefix == "always" || (g.cfg.Naming.Prefix == "auto" && len(g.ups) > 1)
 	classes := (&config.Config{Tools: g.classes}).Classifications()
 	sf := &surface{byName: map[string]string{}, tool: map[string]*mcp.Tool{}, server: map[string]string{},
-		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}, classes: classes}
+		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}, classes: classes, http: map[string]bool{}}
 	var tools []catalog.Tool
 	inv := map[string]pipeline.Invoker{}
 	// Bare surface names claimed by tools of different servers (or a
@@ -452,6 +457,10 @@ func (g *Gateway) rebuildLocked() error {
 		}
 		for _, n := range g.opts.Natives {
 			name := strings.TrimPrefix(n.Descriptor.ToolID, "native:")
+			claim(strings.ReplaceAll(name, ".", sep), n.Descriptor.ToolID)
+		}
+		for _, n := range g.opts.HTTPTools {
+			name := strings.TrimPrefix(n.Descriptor.ToolID, "http:")
 			claim(strings.ReplaceAll(name, ".", sep), n.Descriptor.ToolID)
 		}
 		for _, sname := range g.order {
@@ -534,6 +543,17 @@ func (g *Gateway) rebuildLocked() error {
 		catalog.Classify(&d, classes)
 		name := strings.TrimPrefix(d.ToolID, "native:")
 		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name},
+			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
+	}
+	for _, n := range g.opts.HTTPTools {
+		d := n.Descriptor
+		catalog.Classify(&d, classes)
+		name := strings.TrimPrefix(d.ToolID, "http:")
+		if _, dup := sf.descs[d.ToolID]; dup {
+			continue
+		}
+		sf.http[d.ToolID] = true
+		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportHTTP, Name: name},
 			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
 	}
 	for _, sname := range g.order {
@@ -785,6 +805,20 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p identity.Princip
 	switch {
 	case res.Status == audit.StatusOK && sf.server[res.ToolID] != "":
 		out = cc.upstreamResult(res.Output)
+	case sf.http[res.ToolID] && res.Output != nil:
+		// An HTTP tool's answer, built by the gateway (internal/httptool):
+		// a CallToolResult; a failed one (non-2xx, cut body) carries the
+		// gateway's error object too. The pipeline redacted a failed
+		// call's output.
+		out = toResult(true, res.Output)
+		if res.Status != audit.StatusOK {
+			out.IsError = true
+			if out.Meta == nil {
+				out.Meta = mcp.Meta{}
+			}
+			out.Meta[MetaError] = errorResult(res.Err).Meta[MetaError]
+			gatewayMade = true
+		}
 	case res.Status == audit.StatusOK:
 		out = toResult(false, res.Output)
 	case res.Output != nil && res.Err != nil && res.Err.Code == errcode.ToolExecutionFailed && sf.server[res.ToolID] != "":

@@ -1223,7 +1223,7 @@ func gatewayCode(code errcode.Code) bool {
 // becomes tool_execution_failed so that the record stays honest (§F).
 var toolCodes = map[errcode.Code]bool{
 	errcode.ToolExecutionFailed: true, errcode.UpstreamUnavailable: true, errcode.UpstreamProtocolError: true,
-	errcode.UpstreamCrashed: true, errcode.Timeout: true,
+	errcode.UpstreamCrashed: true, errcode.Timeout: true, errcode.ResponseTooLarge: true,
 	errcode.Cancelled: true, errcode.InvalidArgument: true, errcode.NotFound: true, errcode.Conflict: true,
 }
 
