@@ -209,7 +209,8 @@ type Sessions interface {
 	GetSession(ctx context.Context, tenant, id string) (*Session, error)
 }
 
-// Store is a complete backend: events, receipts, approvals and sessions.
+// Store is a complete backend: events, receipts, approvals, sessions and
+// recorded calls.
 // Close stops accepting writes, waits for writes already accepted, closes
 // every follower's channel and releases the backend's resources; calls made
 // after Close fail with AuditUnavailable. Close is idempotent and safe for
@@ -219,6 +220,7 @@ type Store interface {
 	Receipts
 	Approvals
 	Sessions
+	Recordings
 	Close() error
 }
 

@@ -61,7 +61,12 @@ type Store struct {
 	cps       []*receipt.Checkpoint       // by seq
 	approvals map[string]*store.Approval
 	sessions  map[string]*store.Session
+	recorded  map[recKey][]byte // tenant, callId → the recorded call's JSON
+	recRuns   map[runKey][]recKey
 }
+
+// recKey identifies a recorded call: call ids are tenant-scoped.
+type recKey struct{ tenant, callID string }
 
 // New returns an empty Store. Errors: errcode.Internal if no signer is
 // given and generating a key fails.
@@ -83,6 +88,8 @@ func New(opts Options) (*Store, error) {
 		rcptIDs:   map[string]*receipt.Receipt{},
 		approvals: map[string]*store.Approval{},
 		sessions:  map[string]*store.Session{},
+		recorded:  map[recKey][]byte{},
+		recRuns:   map[runKey][]recKey{},
 	}
 	s.feed = store.NewFeed(s.readAfter, 0, store.FeedOptions{Buffer: opts.FollowBuffer})
 	return s, nil

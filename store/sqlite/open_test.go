@@ -34,8 +34,8 @@ func TestReopen(t *testing.T) {
 			t.Fatalf("round %d: Open: %v", round, err)
 		}
 		var n int
-		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 6 {
-			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 6 (0001-0006)", round, n, err)
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 7 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 7 (0001-0007)", round, n, err)
 		}
 		if round > 0 {
 			// A follower resuming with a cursor from before the restart

@@ -88,6 +88,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalConsumeOnce", testApprovalConsumeOnce},
 		{"Sessions", testSessions},
+		{"RecordedCalls", testRecordedCalls},
+		{"RecordedCallsPrune", testRecordedCallsPrune},
 		{"Adapters", testAdapters},
 		{"Close", testClose},
 	}
