@@ -31,6 +31,9 @@ type Classification struct {
 	// validated against the tool's inputSchema (ToolDescriptor.
 	// SkipArgsValidation is its negation); nil leaves it unchanged.
 	ValidateArgs *bool
+	// Record, when non-nil, sets whether every call of the tool is recorded
+	// (ToolDescriptor.Record); nil leaves it unchanged.
+	Record *bool
 }
 
 // Validate checks one `tools:` entry on its own: Match non-empty and at most
@@ -135,6 +138,9 @@ func Classify(d *ToolDescriptor, rules []Classification) {
 		}
 		if r.ValidateArgs != nil {
 			d.SkipArgsValidation = !*r.ValidateArgs
+		}
+		if r.Record != nil {
+			d.Record = *r.Record
 		}
 	}
 	if d.Source == SourceMCP && !tierSet {

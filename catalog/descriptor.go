@@ -191,6 +191,12 @@ type ToolDescriptor struct {
 	// upstream whose schema is known to be wrong). Default false: every
 	// call's arguments are validated (issue 13 point 6).
 	SkipArgsValidation bool `json:"-"`
+
+	// Record is not part of the wire descriptor: when true every call of
+	// the tool is recorded (its redacted arguments and result stored for
+	// replay, issue 18), whoever makes it. Set by Classify from a `tools:`
+	// entry with record: true. Default false.
+	Record bool `json:"-"`
 }
 
 // MaxNameLen is the longest toolId, tool name or client-supplied spelling, in

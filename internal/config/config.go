@@ -132,6 +132,16 @@ type Audit struct {
 	// its tenant over the HTTP API (default toolgate:audit); without it a
 	// principal reads only its own calls' events.
 	ReadersScope string `yaml:"readers_scope"`
+	// RecordScope is the scope a principal needs to ask for its calls to
+	// be recorded (MCP _meta toolgate/record, /v1/calls record) or to
+	// replay a recorded run (toolgate/replayOf, replayOf); default
+	// toolgate:record. A request without it is refused (forbidden,
+	// details.reason "record_scope") and the refusal is recorded.
+	RecordScope string `yaml:"record_scope"`
+	// RecordRetention (e.g. 7d) is how long recorded calls are kept: those
+	// that started earlier are pruned at start, then hourly. Empty keeps
+	// them.
+	RecordRetention string `yaml:"record_retention"`
 }
 
 // Signing locates the Ed25519 receipt key.
@@ -307,6 +317,10 @@ type ToolClass struct {
 	// further or dispatched; false turns that off for an upstream whose
 	// schema is known to be wrong.
 	ValidateArgs *bool `yaml:"validate_args"`
+	// Record (record, default false) records every call of the matched
+	// tools: their redacted arguments and results are stored for replay
+	// (issue 18), kept for audit.record_retention.
+	Record *bool `yaml:"record"`
 }
 
 // Approvals configures human approval.
@@ -410,7 +424,7 @@ func (c *Config) Classifications() []catalog.Classification {
 			Match: t.Match, SafetyTier: catalog.SafetyTier(t.SafetyTier), Scopes: t.Scopes,
 			ReplayPolicy: catalog.ReplayPolicy(t.ReplayPolicy), Approval: catalog.Approval(t.Approval),
 			Egress: catalog.Egress(t.Egress), CostHint: catalog.Hint(t.CostHint), LatencyHint: catalog.Hint(t.LatencyHint),
-			Title: t.Title, Description: t.Description, ValidateArgs: t.ValidateArgs,
+			Title: t.Title, Description: t.Description, ValidateArgs: t.ValidateArgs, Record: t.Record,
 		}
 	}
 	return out
@@ -726,6 +740,9 @@ func (c *Config) applyDefaults() {
 	if c.Audit.Content == "" {
 		c.Audit.Content = "hash"
 	}
+	if c.Audit.RecordScope == "" {
+		c.Audit.RecordScope = "toolgate:record"
+	}
 	if c.Audit.ReadersScope == "" {
 		c.Audit.ReadersScope = "toolgate:audit"
 	}
@@ -872,6 +889,12 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	}
 	if strings.TrimSpace(c.Audit.ReadersScope) != c.Audit.ReadersScope || strings.ContainsAny(c.Audit.ReadersScope, " \t\r\n") {
 		add(at("audit", "readers_scope"), "audit.readers_scope %q: a scope is one word without spaces", c.Audit.ReadersScope)
+	}
+	if c.Audit.RecordRetention != "" && !validDuration(c.Audit.RecordRetention) {
+		add(at("audit", "record_retention"), "audit.record_retention %q: want a duration such as 7d or 168h", c.Audit.RecordRetention)
+	}
+	if strings.TrimSpace(c.Audit.RecordScope) != c.Audit.RecordScope || strings.ContainsAny(c.Audit.RecordScope, " \t\r\n") {
+		add(at("audit", "record_scope"), "audit.record_scope %q: a scope is one word without spaces", c.Audit.RecordScope)
 	}
 	if c.Audit.Retention != "" && !validDuration(c.Audit.Retention) {
 		add(at("audit", "retention"), "audit.retention %q: want a duration such as 90d or 720h", c.Audit.Retention)
