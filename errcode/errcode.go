@@ -77,6 +77,12 @@ const (
 	AuditUnavailable Code = "audit_unavailable"
 	// Conflict: a state conflict (for example an approval already resolved).
 	Conflict Code = "conflict"
+	// ReplayDivergence: a call of a replay (toolgate/replayOf) differs from
+	// the recorded call at its place in the recorded call graph (another
+	// tool, other arguments, another order, another decision, another
+	// result of a deterministic tool, or no recorded call there); details
+	// name the recorded and the new call and what differed.
+	ReplayDivergence Code = "replay_divergence"
 	// Internal: a bug; never used for expected conditions.
 	Internal Code = "internal_error"
 )
@@ -104,6 +110,7 @@ var statuses = map[Code]int{
 	Cancelled:             499,
 	AuditUnavailable:      http.StatusServiceUnavailable,
 	Conflict:              http.StatusConflict,
+	ReplayDivergence:      http.StatusOK,
 	Internal:              http.StatusInternalServerError,
 }
 

@@ -69,7 +69,7 @@ type RecordedError struct {
 	Details map[string]any `json:"details,omitempty"`
 }
 
-// Validate checks that c can be stored: tenant, runId, callId, principal,
+// Validate checks that c can be stored: runId, callId, principal,
 // toolId, argsHash, status and a zero-free startedAt are set, Args is a JSON
 // object and Result, if any, is valid JSON. Errors: InvalidArgument naming
 // the field.
@@ -78,7 +78,7 @@ func (c *RecordedCall) Validate() error {
 		return errcode.New(errcode.InvalidArgument, "recorded call is nil")
 	}
 	for _, f := range []struct{ name, v string }{
-		{"tenant", c.Tenant}, {"runId", c.RunID}, {"callId", c.CallID}, {"principal", c.Principal},
+		{"runId", c.RunID}, {"callId", c.CallID}, {"principal", c.Principal},
 		{"toolId", c.ToolID}, {"argsHash", c.ArgsHash}, {"status", c.Status},
 	} {
 		if f.v == "" {

@@ -253,9 +253,15 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		Limiter: limiter, Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
 		Approver: approvals, Hooks: hooks, Metrics: prom, Tracer: tp.Tracer(),
+		Recordings: st, RecordScope: cfg.Audit.RecordScope,
 	})
 	if err != nil {
 		return failure("%v", err)
+	}
+	if cfg.Audit.RecordRetention != "" {
+		keep, _ := config.ParseDuration(cfg.Audit.RecordRetention)
+		stopPrune := pruneRecordings(ctx, st, keep, time.Hour, logger)
+		defer stopPrune()
 	}
 	// Calls the previous run left open (kill -9, a crash) are closed as
 	// gateway_restarted before anything is served, so every call in the

@@ -27,6 +27,14 @@ type CallRequest struct {
 	RunID        string          `json:"runId,omitempty"`
 	AgentID      string          `json:"agentId,omitempty"`
 	ParentCallID string          `json:"parentCallId,omitempty"`
+	// Record asks for the call to be recorded (redacted arguments and
+	// result stored for replay); needs audit.record_scope, else 403
+	// forbidden (details.reason record_scope), recorded.
+	Record bool `json:"record,omitempty"`
+	// ReplayOf replays the recorded run of that id (same tenant): see
+	// pipeline.Call.ReplayOf. A divergence answers 200 status error, code
+	// replay_divergence. Needs audit.record_scope.
+	ReplayOf string `json:"replayOf,omitempty"`
 }
 
 // CallResponse is the 200 answer of POST /v1/calls: the call ran or was
@@ -122,6 +130,7 @@ func (h *Handler) postCall(w http.ResponseWriter, r *http.Request, p identity.Pr
 	res, err := h.pipe.Call(tracing.Extract(r.Context(), r.Header), pipeline.Call{
 		Tool: req.ToolID, Args: req.Args, Principal: p, Transport: catalog.TransportHTTP,
 		RunID: req.RunID, AgentID: req.AgentID, ParentCallID: req.ParentCallID,
+		Record: req.Record, ReplayOf: req.ReplayOf,
 	})
 	if err != nil {
 		return h.callError(r, p, req.ToolID, res, err)

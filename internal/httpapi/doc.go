@@ -20,7 +20,7 @@
 //	GET  /.well-known/openwop                    discovery (public; Cache-Control: public, max-age=300)
 //	GET  /v1/tools[?source=]                     descriptors the caller may invoke, bare array sorted by toolId
 //	GET  /v1/tools/{toolId}                      one descriptor; 404 alike for unknown and not visible
-//	POST /v1/calls                               {toolId, args, runId?, agentId?, parentCallId?} → CallResponse
+//	POST /v1/calls                               {toolId, args, runId?, agentId?, parentCallId?, record?, replayOf?} → CallResponse
 //	GET  /v1/runs/{runId}/events[?type=&after=]  the run's events by sequence (the caller's own, see below)
 //	GET  /v1/events/stream                       SSE (id = cursor; Last-Event-ID resumes)
 //	GET  /v1/approvals[?status=]                 the approval inbox, with each argument summary

@@ -72,6 +72,13 @@ const (
 	MetaReceiptID    = "toolgate/receiptId"
 	MetaAgentID      = "toolgate/agentId"
 	MetaParentCallID = "toolgate/parentCallId"
+	// MetaRecord (request _meta, boolean) asks for the call to be recorded
+	// (pipeline.Call.Record; needs audit.record_scope).
+	MetaRecord = "toolgate/record"
+	// MetaReplayOf (request _meta, string runId) makes the call part of a
+	// replay of that recorded run (pipeline.Call.ReplayOf; needs
+	// audit.record_scope).
+	MetaReplayOf = "toolgate/replayOf"
 	// MetaError is the result _meta key of a gateway-made isError result
 	// (a refusal or a gateway fault): {code, message, details?}, code
 	// one of errcode's. It is not in structuredContent, which clients
@@ -847,15 +854,24 @@ func (g *Gateway) callTool(ctx context.Context, ds *dsession, p identity.Princip
 	return out, nil
 }
 
-// applyCallMeta sets c's runId, agentId and parentCallId from a request's
-// _meta (toolgate/runId, toolgate/agentId, toolgate/parentCallId), each
-// when present. Errors: a -32602 JSON-RPC error for a value that is not a
-// string of 1-128 bytes of UTF-8 without control characters.
+// applyCallMeta sets c's runId, agentId, parentCallId and replayOf from a
+// request's _meta (toolgate/runId, toolgate/agentId, toolgate/parentCallId,
+// toolgate/replayOf), each when present, and Record from toolgate/record.
+// Errors: a -32602 JSON-RPC error for a value that is not a string of 1-128
+// bytes of UTF-8 without control characters, or a toolgate/record that is
+// not a boolean.
 func applyCallMeta(m mcp.Meta, c *pipeline.Call) error {
+	if v, present := m[MetaRecord]; present {
+		b, ok := v.(bool)
+		if !ok {
+			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("_meta %q must be a boolean", MetaRecord)}
+		}
+		c.Record = b
+	}
 	for _, f := range []struct {
 		key string
 		dst *string
-	}{{MetaRunID, &c.RunID}, {MetaAgentID, &c.AgentID}, {MetaParentCallID, &c.ParentCallID}} {
+	}{{MetaRunID, &c.RunID}, {MetaAgentID, &c.AgentID}, {MetaParentCallID, &c.ParentCallID}, {MetaReplayOf, &c.ReplayOf}} {
 		v, present := m[f.key]
 		if !present {
 			continue

@@ -55,6 +55,7 @@ import (
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Invoker runs one tool. It returns the tool's result as JSON, or an error.
@@ -196,6 +197,13 @@ type Options struct {
 	// execute_tool span with child spans per stage); nil: no tracing work
 	// at all.
 	Tracer trace.Tracer
+	// Recordings stores recorded calls and answers replays (issue 18);
+	// nil: no call is recorded, and a call asking to be recorded or to
+	// replay is refused (forbidden, details.reason recording_unavailable).
+	Recordings store.Recordings
+	// RecordScope is the scope a principal needs for Call.Record and
+	// Call.ReplayOf (config audit.record_scope); "" lets no one.
+	RecordScope string
 }
 
 // Default timeouts: DefaultToolTimeout bounds one invocation when
@@ -223,6 +231,7 @@ type Pipeline struct {
 	state     atomic.Pointer[State]
 	wouldDeny atomic.Int64
 	m         metrics.Recorder // nil: no metrics
+	replays   replays          // the replaying runs' sessions
 }
 
 // WouldDenied is the number of calls a policy dry run would have denied
@@ -303,6 +312,21 @@ type Call struct {
 	// decided, rate limited, hooked, recorded and invoked exactly like a
 	// tool call, on Target.Tool's id with Target.Invoker.
 	Target *Target
+	// Record asks for the call to be recorded: its redacted arguments and
+	// result stored in Options.Recordings (MCP _meta toolgate/record,
+	// /v1/calls record). It needs Options.RecordScope; without it the call
+	// is refused (forbidden, details.reason record_scope) and the refusal
+	// recorded. A tool classified record: true is recorded regardless.
+	Record bool
+	// ReplayOf, when set, makes the call part of a replay of the recorded
+	// run ReplayOf (of the principal's tenant; another tenant's is not
+	// found): it is matched to the recorded call at the same place in the
+	// call graph and decided as usual; a non-deterministic or idempotent
+	// tool is answered from the recording (with the recorded durationMs)
+	// without being invoked, a deterministic one runs and its result hash
+	// is compared. Any mismatch answers status error, code
+	// replay_divergence. Needs Options.RecordScope, like Record.
+	ReplayOf string
 }
 
 // Target is a gated MCP surface other than a tool: the resources of an
@@ -532,6 +556,17 @@ type callState struct {
 	// red redacts the call's records: the gateway's redactor plus the
 	// values the arguments' redaction removed (audit.Redactor.WithValues).
 	red *audit.Redactor
+	// record: the call's content is stored after its outcome (Call.Record
+	// or a tool classified record: true).
+	record bool
+	// replay is the recorded counterpart of a replayed call (Call.ReplayOf).
+	replay *replayMatch
+}
+
+// fromRecording reports whether the call is answered from its recording
+// instead of invoking the tool.
+func (cs *callState) fromRecording() bool {
+	return cs.replay != nil && answersFromRecording(&cs.tool.Descriptor)
 }
 
 // sameJSON reports whether a and b are the same JSON text once
@@ -587,6 +622,7 @@ func validateIDs(c *Call) error {
 		min, max int
 	}{
 		{"callId", c.CallID, 1, maxIDLen}, {"runId", c.RunID, 1, maxIDLen}, {"parentCallId", c.ParentCallID, 1, maxIDLen},
+		{"replayOf", c.ReplayOf, 1, maxIDLen},
 		{"agentId", c.AgentID, 3, 256}, {"principal", c.Principal.ID, 1, 256}, {"tenant", c.Principal.Tenant, 1, 256},
 	} {
 		if err := check(f.name, f.v, f.min, f.max); err != nil {
@@ -724,6 +760,29 @@ func (p *Pipeline) call(ctx context.Context, call Call) (_ *Result, retErr error
 	}
 	// decide
 	res.Decision = p.decide(ctx, cs)
+	// Asking to record or to replay needs audit.record_scope (refused
+	// after the decision, so the refusal's record carries it).
+	if c.Record || c.ReplayOf != "" {
+		if e := p.recordGate(c); e != nil {
+			return p.refuse(rec, cs, audit.StatusForbidden, e)
+		}
+	}
+	cs.record = p.opts.Recordings != nil && (c.Record || tool.Descriptor.Record)
+	// A replayed call is decided first, then matched to its recorded
+	// counterpart: a policy change since the recording is a divergence,
+	// never a bypass.
+	if c.ReplayOf != "" {
+		e := p.matchReplay(ctx, cs)
+		if e == nil {
+			e = checkReplayDecision(cs)
+		}
+		if e != nil {
+			if e.Code != errcode.ReplayDivergence {
+				return p.refuse(rec, cs, audit.StatusForbidden, e)
+			}
+			return p.refuse(rec, cs, audit.StatusError, e)
+		}
+	}
 	// The arguments must match the tool's inputSchema before anything the
 	// decision sets off (an approval request, a rate-limit take) and before
 	// dispatch. A denied call is refused as such: its schema is not shown.
@@ -772,7 +831,7 @@ func (p *Pipeline) call(ctx context.Context, call Call) (_ *Result, retErr error
 	if e := p.beforeHooks(ctx, cs); e != nil {
 		return p.refuse(rec, cs, audit.StatusForbidden, e)
 	}
-	if pr, ok := cs.invoker().(Preparer); ok {
+	if pr, ok := cs.invoker().(Preparer); ok && !cs.fromRecording() {
 		if err := pr.Prepare(ctx, tool); err != nil {
 			p.opts.Logger.DebugContext(ctx, "invoker prepare failed", "toolId", res.ToolID, "err", cs.red.RedactString(err.Error()))
 		}
@@ -1074,6 +1133,7 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 	if err := p.recordOutcome(ctx, cs, 2); err != nil {
 		return p.unrecorded(cs, err)
 	}
+	p.record(cs)
 	return res, nil
 }
 
@@ -1081,6 +1141,9 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	res := cs.res
 	inv := cs.invoker()
+	if cs.fromRecording() {
+		inv = recordedInvoker(cs.replay.rec)
+	}
 	var out json.RawMessage
 	var err error
 	start := time.Now()
@@ -1116,7 +1179,13 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		}
 	}
 	dur := time.Since(start)
-	if res.Ran {
+	if cs.fromRecording() {
+		// RFC 0064: the recorded durationMs is reused on replay, never
+		// re-measured; the tool ran (in the recording) iff it ran then.
+		res.Ran = cs.replay.rec.Ran
+		dur = time.Duration(cs.replay.rec.DurationMs) * time.Millisecond
+		res.DurationMs = cs.replay.rec.DurationMs
+	} else if res.Ran {
 		res.DurationMs = dur.Milliseconds()
 		if p.m != nil && cs.tool.Descriptor.Source == catalog.SourceMCP {
 			p.m.UpstreamCall(mcpServer(res.ToolID), dur)
@@ -1140,6 +1209,13 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		}
 		if len(p.opts.Hooks) > 0 {
 			p.afterHooks(ctx, cs, &hook.Outcome{Status: "error", ErrorCode: string(e.Code), Error: e, DurationMs: res.DurationMs}, true)
+		}
+	}
+	if cs.replay != nil && !cs.fromRecording() {
+		// A deterministic tool ran again: its outcome must be the
+		// recorded one.
+		if e := checkReplayResult(cs); e != nil {
+			res.Status, res.Output, res.Err = audit.StatusError, nil, e
 		}
 	}
 	ref := audit.CallRef{AgentID: cs.c.AgentID, ToolName: res.ToolID, CallID: cs.c.CallID, ParentCallID: cs.c.ParentCallID}
@@ -1167,6 +1243,7 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 	if err := p.recordOutcome(cs.rec, cs, 1); err != nil {
 		return p.unrecorded(cs, err)
 	}
+	p.record(cs)
 	return res, nil
 }
 
