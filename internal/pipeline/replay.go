@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
+	"github.com/toolgate/toolgate/internal/canonjson"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/store"
 )
@@ -223,6 +225,17 @@ func recordedInvoker(rec *store.RecordedCall) Invoker {
 	})
 }
 
+// sameCanonical reports whether a and b are the same JSON value (RFC 8785
+// canonical forms equal).
+func sameCanonical(a, b []byte) bool {
+	ca, err := canonjson.Canonicalize(a)
+	if err != nil {
+		return false
+	}
+	cb, err := canonjson.Canonicalize(b)
+	return err == nil && bytes.Equal(ca, cb)
+}
+
 // hashHex is the lowercase hex SHA-256 of b (the receipt's resultHash).
 func hashHex(b []byte) string {
 	sum := sha256.Sum256(b)
@@ -277,11 +290,16 @@ func (p *Pipeline) record(cs *callState) {
 			rc.ResultHash = hashHex(res.Output)
 		}
 		red, err := cs.red.RedactJSON(res.Output)
-		if err != nil {
+		switch {
+		case err != nil:
 			p.opts.Logger.Error("recording: result does not redact; result not recorded", "callId", res.CallID)
-		} else {
+		case sameCanonical(red, res.Output):
+			// The redaction removed nothing: the result is stored byte for
+			// byte, so it hashes to the receipt's resultHash.
+			rc.Result = res.Output
+		default:
 			rc.Result = red
-			rc.ResultRedacted = rc.ResultHash != "" && hashHex(red) != rc.ResultHash
+			rc.ResultRedacted = rc.ResultHash != ""
 		}
 	}
 	if err := p.opts.Recordings.AppendRecordedCall(cs.rec, rc); err != nil {
