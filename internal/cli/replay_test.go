@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,7 +55,7 @@ func newReplayUpstream(t *testing.T) *replayUpstream {
 // replayUpstream, with a key that holds audit.record_scope and one that
 // does not.
 type replayGateway struct {
-	base, cfg       string
+	base, cfg, db   string
 	key, noScopeKey string
 	up              *replayUpstream
 }
@@ -71,6 +72,7 @@ func newReplayGateway(t *testing.T) *replayGateway {
 		t.Fatal(err)
 	}
 	g.cfg = filepath.Join(dir, "toolgate.yaml")
+	g.db = filepath.Join(dir, "toolgate.db")
 	if err := os.WriteFile(g.cfg, fmt.Appendf(nil, `listen: 127.0.0.1:0
 store: {driver: sqlite, dsn: %s}
 signing: {key_file: %s}
@@ -316,5 +318,47 @@ func TestRecordReplayVerifyHTTP(t *testing.T) {
 	status, ans := postCall(t, g.base, g.noScopeKey, map[string]any{"toolId": "mcp:up.rand", "args": map[string]any{}, "replayOf": "rec-http"})
 	if status != http.StatusForbidden || !strings.Contains(fmt.Sprint(ans["details"]), "record_scope") {
 		t.Errorf("replayOf without the scope: %d %v", status, ans)
+	}
+}
+
+// TestReplayVerifyFailures: `replay verify` exits 1 naming the problem
+// when a stored recording no longer matches what the events and receipts
+// bind (arguments changed after the fact, an isError result recorded as
+// ok), and when the call graph has a parent outside the run.
+func TestReplayVerifyFailures(t *testing.T) {
+	g := newReplayGateway(t)
+	for i, args := range []string{`{"q":"one"}`, `{"q":"two"}`} {
+		if status, ans := postCall(t, g.base, g.key, map[string]any{"toolId": "mcp:up.rand", "args": json.RawMessage(args), "runId": "rec-t", "record": true}); status != http.StatusOK {
+			t.Fatalf("call %d: %d %v", i, status, ans)
+		}
+	}
+	if code, out, _ := run(t, "", "replay", "verify", "--config", g.cfg, "--tenant", "acme", "--run", "rec-t"); code != ExitOK {
+		t.Fatalf("untampered run: exit %d\n%s", code, out)
+	}
+	db, err := sql.Open("sqlite", g.db+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tc := range []struct{ name, update, want string }{
+		{"forged arguments", `UPDATE recorded_calls SET body = json_set(body, '$.args', json('{"q":"forged"}')) WHERE body LIKE '%"one"%'`,
+			"is not the hash of the stored redacted arguments"},
+		{"error recorded as ok", `UPDATE recorded_calls SET body = json_set(body, '$.result', json('{"content":[],"isError":true}')) WHERE body LIKE '%"two"%'`,
+			"failure honesty: an isError result recorded as ok"},
+	} {
+		if _, err := db.Exec(tc.update); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		code, out, _ := run(t, "", "replay", "verify", "--config", g.cfg, "--tenant", "acme", "--run", "rec-t")
+		if code != ExitFailure || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, output\n%s\nwant exit 1 and %q", tc.name, code, out, tc.want)
+		}
+	}
+	if status, ans := postCall(t, g.base, g.key, map[string]any{"toolId": "mcp:up.rand", "args": map[string]any{}, "runId": "orphan", "parentCallId": "ghost"}); status != http.StatusOK {
+		t.Fatalf("orphan call: %d %v", status, ans)
+	}
+	code, out, _ := run(t, "", "replay", "verify", "--config", g.cfg, "--tenant", "acme", "--run", "orphan")
+	if code != ExitFailure || !strings.Contains(out, "has parent ghost, which is not a call of the run") {
+		t.Errorf("orphan parent: exit %d, output\n%s", code, out)
 	}
 }
