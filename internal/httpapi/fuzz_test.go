@@ -86,7 +86,8 @@ func FuzzDecodeCall(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decoding %s: %v", again, err)
 		}
-		if req2.ToolID != req.ToolID || req2.RunID != req.RunID || req2.AgentID != req.AgentID || req2.ParentCallID != req.ParentCallID {
+		if req2.ToolID != req.ToolID || req2.RunID != req.RunID || req2.AgentID != req.AgentID || req2.ParentCallID != req.ParentCallID ||
+			req2.Record != req.Record || req2.ReplayOf != req.ReplayOf {
 			t.Fatalf("round trip changed %+v into %+v", req, req2)
 		}
 	})
