@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/receipt"
+	"github.com/toolgate/toolgate/store"
 )
 
 // Principal is who a call is attributed to: id, tenant, scopes, attributes.
@@ -71,6 +72,14 @@ type Options struct {
 	// execute_tool span per call, GenAI semantic conventions, child spans
 	// per stage; never argument content); nil: no tracing work.
 	Tracer trace.Tracer
+	// Recordings stores recorded calls and answers replays (Call.Record,
+	// Call.ReplayOf; README "Record and replay"): any store.Store, or
+	// memstore for tests. nil: a call asking to record or replay is
+	// refused (forbidden, details.reason recording_unavailable).
+	Recordings store.Recordings
+	// RecordScope is the scope a principal needs for Call.Record and
+	// Call.ReplayOf (`toolgate serve`: audit.record_scope); "" lets no one.
+	RecordScope string
 }
 
 // Gateway is the embeddable gate. All methods are safe for concurrent use.
@@ -114,6 +123,7 @@ func New(opts Options) (*Gateway, error) {
 		Limiter: opts.Limiter, Redactor: opts.Redactor, Events: opts.Events, Receipts: opts.Receipts,
 		Hooks: opts.Hooks, Now: opts.Now, Logger: opts.Logger, AuditContent: opts.AuditContent, ToolTimeout: opts.ToolTimeout,
 		Approver: opts.Approver, Metrics: opts.Metrics, Tracer: opts.Tracer,
+		Recordings: opts.Recordings, RecordScope: opts.RecordScope,
 	})
 	if err != nil {
 		return nil, err
