@@ -199,8 +199,8 @@ func TestMigrations(t *testing.T) {
 	}
 	defer conn.Close()
 	applied, err := migrate(ctx, conn, migrationFS)
-	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6}) {
-		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5 6]", applied, err)
+	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5 6 7]", applied, err)
 	}
 	applied, err = migrate(ctx, conn, migrationFS)
 	if err != nil || len(applied) != 0 {
