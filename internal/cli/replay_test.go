@@ -57,6 +57,7 @@ func newReplayUpstream(t *testing.T) *replayUpstream {
 type replayGateway struct {
 	base, cfg, db   string
 	key, noScopeKey string
+	strangerKey     string // tenant other, with the record scope
 	up              *replayUpstream
 }
 
@@ -71,6 +72,9 @@ func newReplayGateway(t *testing.T) *replayGateway {
 	if g.noScopeKey, err = auth.NewKey(); err != nil {
 		t.Fatal(err)
 	}
+	if g.strangerKey, err = auth.NewKey(); err != nil {
+		t.Fatal(err)
+	}
 	g.cfg = filepath.Join(dir, "toolgate.yaml")
 	g.db = filepath.Join(dir, "toolgate.db")
 	if err := os.WriteFile(g.cfg, fmt.Appendf(nil, `listen: 127.0.0.1:0
@@ -81,6 +85,7 @@ auth:
   api_keys:
     - {id: agent, key_sha256: "%s", tenant: acme, scopes: ["toolgate:record"]}
     - {id: plain, key_sha256: "%s", tenant: acme}
+    - {id: stranger, key_sha256: "%s", tenant: other, scopes: ["toolgate:record"]}
 servers:
   - {name: up, url: "%s"}
 tools:
@@ -92,7 +97,7 @@ policy:
   rules:
     - {id: up, effect: allow, tools: ["mcp:up.*"]}
     - {id: no-etc, effect: deny, tools: ["mcp:up.*"], when: 'has(args.path) && args.path.startsWith("/etc")'}
-`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), auth.HashKey(g.key), auth.HashKey(g.noScopeKey), g.up.url), 0o600); err != nil {
+`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), auth.HashKey(g.key), auth.HashKey(g.noScopeKey), auth.HashKey(g.strangerKey), g.up.url), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	g.base, _ = startServeInProcess(t, g.cfg)
@@ -311,9 +316,17 @@ func TestRecordReplayVerifyHTTP(t *testing.T) {
 	if code, out, errOut := run(t, "", "replay", "verify", "--config", g.cfg, "--tenant", "acme", "--run", "rec-http", "--against", "rep-http"); code != ExitOK {
 		t.Fatalf("replay verify: exit %d\n%s\n%s", code, out, errOut)
 	}
-	// Another tenant's key cannot replay it: the recorded run is not found.
+	// A run the tenant does not have is not found in the store (exit 2);
+	// another tenant's key cannot replay it through the gateway either:
+	// the gateway does not find it (not_found), nothing reaches the
+	// upstream, and the replay ends with exit 1.
 	if code, _, _ := run(t, "", "replay", "--config", g.cfg, "--tenant", "other", "--run", "rec-http", "--url", g.base, "--key", g.key); code != ExitUsage {
 		t.Errorf("replay of a run the tenant does not have: exit %d, want 2", code)
+	}
+	randN = g.up.rand.Load()
+	code, out, errOut = run(t, "", "replay", "--config", g.cfg, "--tenant", "acme", "--run", "rec-http", "--url", g.base, "--key", g.strangerKey)
+	if code != ExitFailure || !strings.Contains(errOut, "not_found") || g.up.rand.Load() != randN {
+		t.Errorf("replay with another tenant's key: exit %d\n%s\n%s (upstream +%d)", code, out, errOut, g.up.rand.Load()-randN)
 	}
 	status, ans := postCall(t, g.base, g.noScopeKey, map[string]any{"toolId": "mcp:up.rand", "args": map[string]any{}, "replayOf": "rec-http"})
 	if status != http.StatusForbidden || !strings.Contains(fmt.Sprint(ans["details"]), "record_scope") {

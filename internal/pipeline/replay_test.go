@@ -146,6 +146,9 @@ func TestRecordStoresRedactedContent(t *testing.T) {
 	if rc.ResultHash != rcpt.ResultHash || rc.ArgsHash != rcpt.RequestedArgsHash || rc.ReceiptID != rcpt.ReceiptID {
 		t.Errorf("recording %+v does not bind to receipt %+v", rc, rcpt)
 	}
+	if h, err := audit.NewRedactor().ArgsHash(rc.Args); err != nil || h != rc.ArgsHash {
+		t.Errorf("the stored redacted arguments hash to %s (%v), recorded argsHash %s", h, err, rc.ArgsHash)
+	}
 	if !rc.ResultRedacted && hashHex(rc.Result) != rcpt.ResultHash {
 		t.Errorf("sha256(stored result) = %s, receipt resultHash %s", hashHex(rc.Result), rcpt.ResultHash)
 	}
