@@ -328,7 +328,16 @@ func TestRecordReplayVerifyHTTP(t *testing.T) {
 	if code != ExitFailure || !strings.Contains(errOut, "not_found") || g.up.rand.Load() != randN {
 		t.Errorf("replay with another tenant's key: exit %d\n%s\n%s (upstream +%d)", code, out, errOut, g.up.rand.Load()-randN)
 	}
-	status, ans := postCall(t, g.base, g.noScopeKey, map[string]any{"toolId": "mcp:up.rand", "args": map[string]any{}, "replayOf": "rec-http"})
+	// Over /v1/calls a divergence is a 200 with status error, code
+	// replay_divergence, naming both calls.
+	status, ans := postCall(t, g.base, g.key, map[string]any{"toolId": "mcp:up.echo", "args": map[string]any{}, "runId": "div-http", "replayOf": "rec-http"})
+	e, _ := ans["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	recd, _ := d["recorded"].(map[string]any)
+	if status != http.StatusOK || ans["status"] != "error" || e["code"] != "replay_divergence" || d["differs"] != "toolId" || recd["callId"] != ids["normal"] {
+		t.Errorf("diverging /v1/calls: %d %v", status, ans)
+	}
+	status, ans = postCall(t, g.base, g.noScopeKey, map[string]any{"toolId": "mcp:up.rand", "args": map[string]any{}, "replayOf": "rec-http"})
 	if status != http.StatusForbidden || !strings.Contains(fmt.Sprint(ans["details"]), "record_scope") {
 		t.Errorf("replayOf without the scope: %d %v", status, ans)
 	}
