@@ -80,6 +80,10 @@ type Options struct {
 	// RecordScope is the scope a principal needs for Call.Record and
 	// Call.ReplayOf (`toolgate serve`: audit.record_scope); "" lets no one.
 	RecordScope string
+	// ReadersScope lets a principal replay runs with other principals'
+	// calls of its tenant (`toolgate serve`: audit.readers_scope); without
+	// it only runs of its own calls (pipeline.Options.ReadersScope).
+	ReadersScope string
 }
 
 // Gateway is the embeddable gate. All methods are safe for concurrent use.
@@ -123,7 +127,7 @@ func New(opts Options) (*Gateway, error) {
 		Limiter: opts.Limiter, Redactor: opts.Redactor, Events: opts.Events, Receipts: opts.Receipts,
 		Hooks: opts.Hooks, Now: opts.Now, Logger: opts.Logger, AuditContent: opts.AuditContent, ToolTimeout: opts.ToolTimeout,
 		Approver: opts.Approver, Metrics: opts.Metrics, Tracer: opts.Tracer,
-		Recordings: opts.Recordings, RecordScope: opts.RecordScope,
+		Recordings: opts.Recordings, RecordScope: opts.RecordScope, ReadersScope: opts.ReadersScope,
 	})
 	if err != nil {
 		return nil, err

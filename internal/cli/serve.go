@@ -253,7 +253,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		Limiter: limiter, Redactor: redactor,
 		Events: store.EventLog(st), Receipts: store.ReceiptLog(st), Logger: logger, AuditContent: cfg.Audit.Content,
 		Approver: approvals, Hooks: hooks, Metrics: prom, Tracer: tp.Tracer(),
-		Recordings: st, RecordScope: cfg.Audit.RecordScope,
+		Recordings: st, RecordScope: cfg.Audit.RecordScope, ReadersScope: cfg.Audit.ReadersScope,
 	})
 	if err != nil {
 		return failure("%v", err)

@@ -204,6 +204,11 @@ type Options struct {
 	// RecordScope is the scope a principal needs for Call.Record and
 	// Call.ReplayOf (config audit.record_scope); "" lets no one.
 	RecordScope string
+	// ReadersScope (config audit.readers_scope) lets a principal replay a
+	// run with calls another principal of its tenant made, as it lets it
+	// read their events; without it a principal replays only runs whose
+	// every recorded call is its own (another's run is not found).
+	ReadersScope string
 }
 
 // Default timeouts: DefaultToolTimeout bounds one invocation when

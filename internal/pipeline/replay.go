@@ -162,6 +162,15 @@ func (p *Pipeline) matchReplay(ctx context.Context, cs *callState) *errcode.Erro
 	if err := s.load(ctx, p.opts.Recordings, c.Principal.Tenant, c.ReplayOf); err != nil {
 		return errcode.As(err)
 	}
+	if !hasScope(c.Principal, p.opts.ReadersScope) {
+		// Like events: without the audit readers scope, only one's own
+		// calls are readable, and a replay answers recorded content.
+		for i := range s.recorded {
+			if s.recorded[i].Principal != c.Principal.ID {
+				return errcode.Errorf(errcode.NotFound, "recorded run %q not found", c.ReplayOf).WithDetails(map[string]any{"replayOf": c.ReplayOf})
+			}
+		}
+	}
 	parent := ""
 	if c.ParentCallID != "" {
 		rp, ok := s.mapping[c.ParentCallID]

@@ -46,7 +46,7 @@ func newReplayRig(t *testing.T) *replayRig {
 	r := &replayRig{st: st}
 	r.det.Store("same")
 	r.p, err = New(Options{Limiter: ratelimit.NewMemory(ratelimit.MemoryOptions{}), Events: store.EventLog(st), Receipts: store.ReceiptLog(st),
-		Recordings: st, RecordScope: "toolgate:record"})
+		Recordings: st, RecordScope: "toolgate:record", ReadersScope: "toolgate:audit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,6 +312,18 @@ func TestReplayDivergence(t *testing.T) {
 		checkDivergence(t, r, rep["c"], "decision", "rep-c", "rec-c")
 		if r.detN.Load() != detN {
 			t.Errorf("a call denied in the recording ran on replay")
+		}
+	})
+	t.Run("another principal without the readers scope", func(t *testing.T) {
+		r := newReplayRig(t)
+		r.run(t, recorder, "rec", "", base)
+		carol := policy.Principal{ID: "carol", Tenant: "acme", Scopes: []string{"toolgate:record"}}
+		if res := r.run(t, carol, "rep", "rec", base[:1])["a"]; res.Err == nil || res.Err.Code != errcode.NotFound {
+			t.Errorf("carol replaying alice's run: %+v, want not_found", res)
+		}
+		carol.Scopes = append(carol.Scopes, "toolgate:audit")
+		if res := r.run(t, carol, "rep2", "rec", base[:1])["a"]; res.Status != audit.StatusOK || r.rand.Load() != 1 {
+			t.Errorf("carol with the readers scope: %+v (tool ran %d times)", res, r.rand.Load())
 		}
 	})
 	t.Run("another tenant", func(t *testing.T) {
