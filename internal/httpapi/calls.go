@@ -99,7 +99,9 @@ func decodeCall(body []byte) (CallRequest, error) {
 // transport http, attributed to the caller.
 //
 //   - 200 CallResponse: status ok, or status error for a failed call (the
-//     tool's own failure, timeout, upstream_unavailable, …; RFC 0064 §F);
+//     tool's own failure, timeout, upstream_unavailable, …; RFC 0064 §F),
+//     or for a replayed call (replayOf) that diverged from its recording
+//     (replay_divergence, details {replayOf, differs, recorded, new});
 //   - 403 forbidden (or approval_required) when the gate refused a tool the
 //     caller may see: details {scope "tool", toolName, requiredScopes,
 //     ruleId?, missingScopes?, callId, runId, receiptId};

@@ -368,3 +368,39 @@ func checkDivergence(t *testing.T, r *replayRig, res *Result, differs, newID, re
 		t.Errorf("no agent.toolReturned with replay_divergence for %s", newID)
 	}
 }
+
+// TestRecordByToolClass: a tool classified record: true (catalog
+// ToolDescriptor.Record) is recorded whoever calls it, without the record
+// scope and without asking.
+func TestRecordByToolClass(t *testing.T) {
+	r := newReplayRig(t)
+	var tools []catalog.Tool
+	for _, tl := range r.snap.Tools() {
+		c := tl.Clone()
+		if c.Descriptor.ToolID == "native:t.idem" {
+			c.Descriptor.Record = true
+		}
+		tools = append(tools, c)
+	}
+	snap, err := catalog.NewSnapshot(tools, catalog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.snap = snap
+	r.setPolicy(t, replayPolicy)
+	ctx := context.Background()
+	classed, err := r.p.Call(ctx, Call{Tool: "native:t.idem", Args: json.RawMessage(`{"k":1}`), Principal: noScope})
+	if err != nil || classed.Status != audit.StatusOK {
+		t.Fatalf("call: %+v %v", classed, err)
+	}
+	if rc, err := r.st.RecordedCall(ctx, "acme", classed.CallID); err != nil || rc.Principal != "bob" || rc.ReplayPolicy != "idempotent" {
+		t.Errorf("a record: true tool's call: %+v, %v; want it recorded", rc, err)
+	}
+	other, err := r.p.Call(ctx, Call{Tool: "native:t.rand", Args: json.RawMessage(`{}`), Principal: noScope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.RecordedCall(ctx, "acme", other.CallID); errcode.CodeOf(err) != errcode.NotFound {
+		t.Errorf("a tool without record: true was recorded: %v", err)
+	}
+}
