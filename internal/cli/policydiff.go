@@ -24,9 +24,9 @@ import (
 )
 
 // recordedArgs is where `policy diff` finds the redacted arguments of a
-// recorded call (issue 18 point 1, recording). A store that records calls
-// implements it; until then only the arguments an agent.toolCalled event
-// carries itself (audit.content: full) are known. args is the redacted JSON
+// recorded call (issue 18 point 1, recording): the store's recordings
+// (storeRecordings), and the arguments an agent.toolCalled event carries
+// itself (audit.content: full). args is the redacted JSON
 // object; ok is false when the call was not recorded. Errors are the
 // store's (AuditUnavailable, Cancelled, Timeout). Implementations must be
 // tenant-scoped: a call of another tenant is not recorded for tenant.
@@ -34,12 +34,30 @@ type recordedArgs interface {
 	RecordedArgs(ctx context.Context, tenant, callID string) (args json.RawMessage, ok bool, err error)
 }
 
-// recordsOf returns st's call recording, nil when the store has none.
+// recordsOf returns st's call recordings, nil when the store has none.
 func recordsOf(st store.Store) recordedArgs {
 	if r, ok := st.(recordedArgs); ok {
 		return r
 	}
+	if r, ok := st.(store.Recordings); ok {
+		return storeRecordings{r}
+	}
 	return nil
+}
+
+// storeRecordings reads a call's recorded arguments from the store's
+// recordings (store.Recordings.RecordedCall, tenant-scoped).
+type storeRecordings struct{ r store.Recordings }
+
+func (s storeRecordings) RecordedArgs(ctx context.Context, tenant, callID string) (json.RawMessage, bool, error) {
+	c, err := s.r.RecordedCall(ctx, tenant, callID)
+	if errcode.CodeOf(err) == errcode.NotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return c.Args, len(c.Args) > 0, nil
 }
 
 // Diff group kinds.

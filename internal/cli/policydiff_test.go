@@ -27,6 +27,7 @@ import (
 type diffGateway struct {
 	dir, cfgFile, base string
 	storeYAML          string // the store: line
+	extra              string // appended to the configuration
 	keys               map[string]string
 	keyLines           map[string]string
 }
@@ -46,6 +47,12 @@ func startDiffGateway(t *testing.T, content string) *diffGateway {
 // startDiffGatewayOn is startDiffGateway on the store storeYAML ("" for
 // a SQLite file in the gateway's directory).
 func startDiffGatewayOn(t *testing.T, content, storeYAML string) *diffGateway {
+	return startDiffGatewayExtra(t, content, storeYAML, "")
+}
+
+// startDiffGatewayExtra is startDiffGatewayOn with extra appended to the
+// configuration (top-level keys).
+func startDiffGatewayExtra(t *testing.T, content, storeYAML, extra string) *diffGateway {
 	t.Helper()
 	s := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	for _, name := range []string{"file", "ok"} {
@@ -55,7 +62,7 @@ func startDiffGatewayOn(t *testing.T, content, storeYAML string) *diffGateway {
 	}
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(up.Close)
-	g := &diffGateway{dir: t.TempDir(), keys: map[string]string{}, keyLines: map[string]string{}, storeYAML: storeYAML}
+	g := &diffGateway{dir: t.TempDir(), keys: map[string]string{}, keyLines: map[string]string{}, storeYAML: storeYAML, extra: extra}
 	if g.storeYAML == "" {
 		g.storeYAML = fmt.Sprintf("{driver: sqlite, dsn: %s}", filepath.Join(g.dir, "toolgate.db"))
 	}
@@ -88,7 +95,7 @@ auth:
   api_keys:
 %sservers:
   - {name: up, url: "%s", sessions: shared}
-%s`, g.storeYAML, filepath.Join(g.dir, "toolgate.key"), content, kl.String(), upURL, diffPolicy)
+%s%s`, g.storeYAML, filepath.Join(g.dir, "toolgate.key"), content, kl.String(), upURL, diffPolicy, g.extra)
 	f := filepath.Join(g.dir, name)
 	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -296,6 +303,35 @@ rules:
 	rep = diffJSON(t, "--config", g.cfgFile, "--candidate", cand2, "--tenant", "t1")
 	if rep.WouldChange != 1 || rep.MayChange != 0 || len(rep.Groups) != 1 || rep.Groups[0].ToolID != "mcp:up.ok" {
 		t.Errorf("candidate changing only ok: %+v", rep)
+	}
+}
+
+// Calls the store recorded (tools[].record, issue 18 point 1) are decided
+// again on their recorded arguments, though the events carry none
+// (audit.content: hash): a candidate that tightens one rule lists exactly
+// the recorded calls it would refuse, and none "may change".
+func TestPolicyDiffRecordedCalls(t *testing.T) {
+	g := startDiffGatewayExtra(t, "hash", "", "tools:\n  - {match: \"mcp:up.file\", record: true}\n")
+	g.call(t, "caller-one", "mcp:up.file", `{"path":"/srv/a"}`)
+	b, _ := g.call(t, "caller-one", "mcp:up.file", `{"path":"/home/b"}`)
+	c, _ := g.call(t, "caller-two", "mcp:up.file", `{"path":"/tmp/c"}`)
+	g.call(t, "caller-one", "mcp:up.file", `{"path":"/etc/passwd"}`) // denied now and then
+	g.call(t, "other", "mcp:up.file", `{"path":"/home/t2"}`)          // another tenant
+
+	cand := writeFile(t, "candidate.yaml", `default: deny
+rules:
+  - {id: only-srv, effect: deny, tools: ["mcp:up.file"], when: 'has(args.path) && !args.path.startsWith("/srv/")'}
+  - {id: files, effect: allow, tools: ["mcp:up.file"]}
+  - {id: ok, effect: allow, tools: ["mcp:up.ok"]}
+`)
+	rep := diffJSON(t, "--config", g.cfgFile, "--candidate", cand, "--tenant", "t1")
+	if rep.Calls != 4 || rep.WouldChange != 2 || rep.MayChange != 0 || len(rep.Groups) != 1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	want := []string{b, c}
+	slices.Sort(want)
+	if gr := rep.Groups[0]; gr.Kind != diffChange || gr.OldRule != "files" || gr.NewRule != "only-srv" || !slices.Equal(groupCalls(gr), want) {
+		t.Errorf("group %+v, want %v refused by only-srv", gr, want)
 	}
 }
 
