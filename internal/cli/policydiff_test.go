@@ -316,7 +316,7 @@ func TestPolicyDiffRecordedCalls(t *testing.T) {
 	b, _ := g.call(t, "caller-one", "mcp:up.file", `{"path":"/home/b"}`)
 	c, _ := g.call(t, "caller-two", "mcp:up.file", `{"path":"/tmp/c"}`)
 	g.call(t, "caller-one", "mcp:up.file", `{"path":"/etc/passwd"}`) // denied now and then
-	g.call(t, "other", "mcp:up.file", `{"path":"/home/t2"}`)          // another tenant
+	g.call(t, "other", "mcp:up.file", `{"path":"/home/t2"}`)         // another tenant
 
 	cand := writeFile(t, "candidate.yaml", `default: deny
 rules:
