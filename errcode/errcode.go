@@ -69,6 +69,12 @@ const (
 	// ResponseTooLarge: an HTTP tool's response body was longer than its
 	// max_response_bytes; the result holds the cut body and a note.
 	ResponseTooLarge Code = "response_too_large"
+	// EgressDenied: the gateway's SSRF guard (internal/egress, OpenWOP RFC
+	// 0076 safe-fetch) refused an outbound request: a host not allowed, an
+	// address in a refused class (loopback, link-local, private, ...), or
+	// too many redirects. details: {rule, host}, never more. The request
+	// never reached the refused address.
+	EgressDenied Code = "egress_denied"
 	// Timeout: the call exceeded its deadline.
 	Timeout Code = "timeout"
 	// Cancelled: the caller cancelled the call.
@@ -106,6 +112,7 @@ var statuses = map[Code]int{
 	UpstreamCrashed:       http.StatusBadGateway,
 	GatewayRestarted:      http.StatusServiceUnavailable,
 	ResponseTooLarge:      http.StatusBadGateway,
+	EgressDenied:          http.StatusBadGateway,
 	Timeout:               http.StatusGatewayTimeout,
 	Cancelled:             499,
 	AuditUnavailable:      http.StatusServiceUnavailable,

@@ -1174,7 +1174,9 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		case err == nil && !json.Valid(out):
 			out, err = nil, errcode.New(errcode.ToolExecutionFailed, "the tool returned a result that is not valid JSON")
 		}
-		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable
+		// Neither an unreachable upstream nor one the egress guard refused
+		// received the call: the tool did not run.
+		res.Ran = errcode.CodeOf(err) != errcode.UpstreamUnavailable && errcode.CodeOf(err) != errcode.EgressDenied
 		if span != nil {
 			var code errcode.Code
 			if err != nil {
@@ -1294,7 +1296,8 @@ func mcpServer(id string) string {
 // classified (kept as is), rather than a tool's own error.
 func gatewayCode(code errcode.Code) bool {
 	switch code {
-	case errcode.UpstreamUnavailable, errcode.UpstreamProtocolError, errcode.UpstreamCrashed, errcode.Timeout, errcode.Cancelled:
+	case errcode.UpstreamUnavailable, errcode.UpstreamProtocolError, errcode.UpstreamCrashed, errcode.Timeout, errcode.Cancelled,
+		errcode.EgressDenied:
 		return true
 	}
 	return false
@@ -1305,7 +1308,7 @@ func gatewayCode(code errcode.Code) bool {
 // becomes tool_execution_failed so that the record stays honest (§F).
 var toolCodes = map[errcode.Code]bool{
 	errcode.ToolExecutionFailed: true, errcode.UpstreamUnavailable: true, errcode.UpstreamProtocolError: true,
-	errcode.UpstreamCrashed: true, errcode.Timeout: true, errcode.ResponseTooLarge: true,
+	errcode.UpstreamCrashed: true, errcode.Timeout: true, errcode.ResponseTooLarge: true, errcode.EgressDenied: true,
 	errcode.Cancelled: true, errcode.InvalidArgument: true, errcode.NotFound: true, errcode.Conflict: true,
 }
 
