@@ -314,7 +314,9 @@ func checkEgress(e *Egress, at func(...any) *yaml.Node, add func(*yaml.Node, str
 		return
 	}
 	name := fmt.Sprintf("%s[%d].egress", path[0], path[1])
-	sub := func(k ...any) *yaml.Node { return at(append(append([]any{}, path...), append([]any{"egress"}, k...)...)...) }
+	sub := func(k ...any) *yaml.Node {
+		return at(append(append([]any{}, path...), append([]any{"egress"}, k...)...)...)
+	}
 	for j, c := range e.AllowCIDRs {
 		if _, err := netip.ParsePrefix(c); err != nil {
 			add(sub("allow_cidrs", j), "%s.allow_cidrs[%d] %q is not a CIDR prefix (such as 10.0.0.0/8 or fd00::/8)", name, j, c)
