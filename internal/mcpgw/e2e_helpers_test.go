@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/ratelimit"
 	"github.com/toolgate/toolgate/receipt"
@@ -252,6 +253,13 @@ func startGatewayWith(t testing.TB, yamlText string, approvals bool) *e2eGateway
 // the gateway's default upstream transport).
 func startGatewayHTTP(t testing.TB, yamlText string, approvals bool, hc *http.Client) *e2eGateway {
 	t.Helper()
+	return startGatewayEgress(t, yamlText, approvals, hc, nil)
+}
+
+// startGatewayEgress is startGatewayHTTP with Options.Egress eg (the SSRF
+// guard's options, e.g. a test resolver).
+func startGatewayEgress(t testing.TB, yamlText string, approvals bool, hc *http.Client, eg []egress.Option) *e2eGateway {
+	t.Helper()
 	ctx := t.Context()
 	cfg, err := config.Parse("test.yaml", []byte(yamlText))
 	if err != nil {
@@ -292,7 +300,7 @@ func startGatewayHTTP(t testing.TB, yamlText string, approvals bool, hc *http.Cl
 		t.Fatal(err)
 	}
 	gw, err := New(Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy,
-		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger, HTTPClient: hc})
+		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger, HTTPClient: hc, Egress: eg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,7 @@ import (
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/glob"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -111,6 +112,10 @@ type Options struct {
 	Secret     func(id, value string)
 	Logger     *slog.Logger
 	HTTPClient *http.Client // for Streamable HTTP upstreams; nil: one on upstreamTransport
+	// Egress are options of the SSRF guard of every server with an egress
+	// block (servers[].egress), whose requests never use HTTPClient (tests:
+	// egress.WithResolver).
+	Egress []egress.Option
 }
 
 // upstreamTransport is the default transport to Streamable HTTP upstreams:
@@ -242,12 +247,19 @@ func New(opts Options) (*Gateway, error) {
 		}
 		return v, nil
 	}
+	var err error
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: upstreamTransport}
 	}
 	for _, srv := range g.cfg.Servers {
-		d, err := newDialer(srv, resolve, hc)
+		client := hc
+		if srv.Egress != nil && srv.URL != "" {
+			if client, err = guardedClient(srv, opts.Egress); err != nil {
+				return nil, errcode.Wrap(errcode.InvalidConfig, err, "mcpgw: server "+srv.Name)
+			}
+		}
+		d, err := newDialer(srv, resolve, client)
 		if err != nil {
 			return nil, errcode.Wrap(errcode.InvalidConfig, err, "mcpgw")
 		}
@@ -293,6 +305,19 @@ func New(opts Options) (*Gateway, error) {
 		}})
 	}
 	return g, nil
+}
+
+// guardedClient is the HTTP client of a Streamable HTTP server with an
+// egress block: the SSRF guard's transport (pooled like
+// upstreamTransport) and its redirect check.
+func guardedClient(srv config.Server, opts []egress.Option) (*http.Client, error) {
+	pol, err := srv.Egress.Policy()
+	if err != nil {
+		return nil, err
+	}
+	t := egress.NewTransport(pol, opts...)
+	t.MaxIdleConnsPerHost = upstreamTransport.MaxIdleConnsPerHost
+	return &http.Client{Transport: t, CheckRedirect: egress.CheckRedirect(pol)}, nil
 }
 
 // sessionProtocols are the MCP protocol versions served: every version the
@@ -574,6 +599,11 @@ func (g *Gateway) rebuildLocked() error {
 			}
 			d := catalog.ToolDescriptor{ToolID: catalog.MCPToolID(sname, mt.Name), Source: catalog.SourceMCP,
 				Title: mt.Title, Description: mt.Description}
+			if u.cfg.Egress != nil {
+				// Behind the SSRF guard (a tools: entry's egress, the
+				// operator's word, still overrides it).
+				d.Egress = catalog.EgressSafeFetch
+			}
 			if raw, err := json.Marshal(mt.InputSchema); err == nil && len(raw) > 2 && raw[0] == '{' {
 				d.InputSchema = raw
 			}
@@ -1050,6 +1080,9 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 			}
 			w := new(callWire)
 			res, err = cs.CallTool(withWire(ctx, w), params)
+			if e := egressDenied(u, err); e != nil && ctx.Err() == nil {
+				return nil, e
+			}
 			if err != nil && ctx.Err() == nil {
 				// Written, then no valid answer: the tool may have run.
 				if e := w.failure(u.name, err); e != nil {
@@ -1063,6 +1096,9 @@ func (g *Gateway) mcpInvokeFunc(u *upstream, name string, timeout time.Duration)
 			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if e := egressDenied(u, err); e != nil {
+				return nil, e
 			}
 			var je *jsonrpc.Error
 			if errors.As(err, &je) && !sdkTransportError(je) {
@@ -1102,6 +1138,9 @@ func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeou
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if e := egressDenied(u, err); e != nil {
+		return e
+	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) {
 		return errcode.Errorf(errcode.ToolExecutionFailed, "upstream error %d: %s", je.Code, je.Message)
@@ -1122,6 +1161,17 @@ func upCallError(ctx context.Context, u *upstream, cs *mcp.ClientSession, timeou
 		return upstreamCrashed(u.name, ue.Error())
 	}
 	return errcode.Wrap(errcode.UpstreamUnavailable, err, "upstream "+u.name)
+}
+
+// egressDenied is the egress_denied error of a request to u that the SSRF
+// guard refused (details {rule, host}), nil for any other error. The
+// upstream never received it: the tool did not run.
+func egressDenied(u *upstream, err error) *errcode.Error {
+	e := egress.Error(err)
+	if e == nil {
+		return nil
+	}
+	return errcode.New(errcode.EgressDenied, "upstream "+u.name+": "+e.Message).WithDetails(e.Details)
 }
 
 // sdkTransportError reports whether je is one of the go-sdk's own transport

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/internal/version"
 )
@@ -96,10 +97,14 @@ func (d *dialer) httpClient() *http.Client {
 	// The call's span context goes upstream as traceparent/tracestate
 	// (a request without one is not copied).
 	base = tracing.Transport{Base: base}
-	if len(d.headers) == 0 {
-		return &http.Client{Transport: base} // nothing to add: no per-request clone
+	var check func(*http.Request, []*http.Request) error
+	if d.client != nil {
+		check = d.client.CheckRedirect // the egress guard's redirect limit, if any
 	}
-	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}}
+	if len(d.headers) == 0 {
+		return &http.Client{Transport: base, CheckRedirect: check} // nothing to add: no per-request clone
+	}
+	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}, CheckRedirect: check}
 }
 
 // dial connects one client session with opts, sending middleware send
@@ -386,6 +391,10 @@ func (c *conn) session() (*mcp.ClientSession, error) {
 		return c.cs, nil
 	}
 	msg := fmt.Sprintf("upstream server %s is not connected", c.server)
+	if e := egress.Error(c.lastErr); e != nil {
+		// The SSRF guard refused the connection: say so, with its rule.
+		return nil, errcode.New(errcode.EgressDenied, msg+": "+e.Message).WithDetails(e.Details)
+	}
 	if c.lastErr != nil {
 		msg += ": " + c.lastErr.Error()
 	}
