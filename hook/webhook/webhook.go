@@ -61,6 +61,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/tracing"
 )
 
@@ -82,8 +83,14 @@ type Options struct {
 	// Full sends the redacted arguments ("args"); Redact must then be set.
 	Full   bool
 	Redact func([]byte) ([]byte, error)
-	Client *http.Client // nil: a client without its own timeout (the pipeline's per-callback timeout applies)
-	Queue  int          // observe queue length; 0 means DefaultQueue
+	// Client sends the requests; nil: a client without its own timeout
+	// (the pipeline's per-callback timeout applies). Redirects are never
+	// followed, whatever its CheckRedirect. toolgate serve passes an
+	// SSRF-guarded one (internal/egress) for a hook with an egress block;
+	// a request it refuses fails with an error whose chain holds the
+	// *egress.DeniedError.
+	Client *http.Client
+	Queue  int // observe queue length; 0 means DefaultQueue
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -364,6 +371,13 @@ func (h *Hook) post(ctx context.Context, body []byte) ([]byte, error) {
 		// The detail (it names the hook's address) goes to the operator's
 		// log, not into the call's error, which the agent sees.
 		h.opts.Logger.Warn("webhook request failed", "hook", h.opts.Name, "err", err)
+		var denied *egress.DeniedError
+		if errors.As(err, &denied) {
+			// The SSRF guard (Client from egress.NewClient) refused the
+			// hook's address: the chain keeps it (rule and host) for the
+			// pipeline's egress_denied; nothing was sent.
+			return nil, fmt.Errorf("webhook %s: %w", h.opts.Name, denied)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("webhook %s: no answer in time", h.opts.Name)
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/console"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/httptool"
 	"github.com/toolgate/toolgate/internal/mcpgw"
@@ -490,8 +491,16 @@ func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) 
 		if hc.Timeout != "" {
 			timeout, _ = config.ParseDuration(hc.Timeout)
 		}
+		var client *http.Client // nil: unguarded (no egress block), as before
+		if hc.Egress != nil {
+			pol, err := hc.Egress.Policy()
+			if err != nil {
+				return nil, hs, fmt.Errorf("hook %s: %v", hc.Name, err)
+			}
+			client = egress.NewClient(pol)
+		}
 		h, err := webhook.New(webhook.Options{Name: hc.Name, URL: hc.URL, Secret: []byte(secret), Mode: hook.Mode(hc.Mode),
-			Full: hc.Content == "full", Redact: redactor.RedactJSON, Logger: log})
+			Full: hc.Content == "full", Redact: redactor.RedactJSON, Logger: log, Client: client})
 		if err != nil {
 			return nil, hs, err
 		}

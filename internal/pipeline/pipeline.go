@@ -51,6 +51,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/metrics"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/ratelimit"
@@ -995,6 +996,14 @@ func (p *Pipeline) beforeHooks(ctx context.Context, cs *callState) *errcode.Erro
 			continue
 		}
 		if err != nil {
+			if e := egress.Error(err); e != nil {
+				// The SSRF guard refused the hook's address: the call is
+				// refused (fail closed) as egress_denied, naming the rule
+				// and the hook but not the hook's host (that is the
+				// operator's to see, in the log).
+				return errcode.Errorf(errcode.EgressDenied, "hook %s failed (fail closed): egress denied: %s", reg.Name, e.Details["rule"]).
+					WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name, "rule": e.Details["rule"]})
+			}
 			return errcode.Errorf(errcode.Forbidden, "hook %s failed (fail closed): %s", reg.Name, cs.red.RedactString(err.Error())).
 				WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 		}
