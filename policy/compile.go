@@ -504,6 +504,7 @@ func (c *compiler) condition(name string, rs *RuleSpec, r *rule) bool {
 		return false
 	}
 	warnings, pathIssues := pathChecks(checked)
+	pathIssues = append(pathIssues, netChecks(checked)...)
 	for _, f := range pathIssues {
 		pos, suffix := exprPos(rs, f.line, f.col)
 		c.errorf(pos, "%s: when: %s%s", name, f.msg, suffix)

@@ -51,6 +51,15 @@
 //     parentCallId string}. Unknown at list time.
 //   - now: google.protobuf.Timestamp (Input.Now, or the wall clock).
 //
+// Conditions may also look at URLs and addresses: url.host(s),
+// url.scheme(s), url.port(s) (int) and url.path(s) parse an absolute URL;
+// net.ip(s) and net.cidr(s) make net.IP and net.CIDR values, with
+// `ip in cidr`, cidr.contains(ip), string(v), == and the predicates
+// ip.isLoopback(), isLinkLocal(), isPrivate(), isCGNAT(), isUnspecified(),
+// isMulticast(), isPublic() and ip.class() (internal/netclass's rule
+// name, or "public"). Input that does not parse is an evaluation error
+// (the rule fails closed); a literal that cannot parse is a load issue.
+//
 // Besides the CEL standard library, conditions may call path.clean(p) and
 // path.isUnder(p, dir) / path.isUnder(p, dir, root): lexical POSIX path
 // functions (Go's path.Clean; "." and ".." resolved) that never touch the

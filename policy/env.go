@@ -449,6 +449,7 @@ var baseEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("call", cel.ObjectType(callTypeName)),
 		cel.Variable("now", cel.TimestampType),
 		pathLib(),
+		netLib(),
 		cel.ParserExpressionSizeLimit(maxWhenLen),
 	)
 })
