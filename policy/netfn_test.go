@@ -144,3 +144,22 @@ func FuzzParseIP(f *testing.F) {
 		}
 	})
 }
+
+// TestNetFunctionsListTime: at list time the arguments are unknown, so a
+// condition over them through the helpers is undecided: an allow rule
+// still discloses the tool, a deny rule does not hide it.
+func TestNetFunctionsListTime(t *testing.T) {
+	p := load(t, `rules:
+  - {id: internal, effect: allow, tools: ["mcp:a.*"], when: 'net.ip(url.host(args.url)) in net.cidr("10.0.0.0/8")'}
+  - {id: all, effect: allow, tools: ["mcp:b.*"]}
+  - {id: no-meta, effect: deny, tools: ["mcp:b.*"], when: 'net.ip(args.ip).isLinkLocal()'}
+`, Options{})
+	for _, tool := range []string{"mcp:a.fetch", "mcp:b.fetch"} {
+		if !p.Disclose(t.Context(), call(alice, tool, nil, nil)) {
+			t.Errorf("%s is hidden at list time", tool)
+		}
+	}
+	if p.Disclose(t.Context(), call(alice, "mcp:c.fetch", nil, nil)) {
+		t.Error("mcp:c.fetch (no rule) is shown")
+	}
+}

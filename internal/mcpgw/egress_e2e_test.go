@@ -37,31 +37,7 @@ func TestEgressGuardedUpstream(t *testing.T) {
 			http.Redirect(w, r, redirectTo.Load().(string), http.StatusTemporaryRedirect)
 			return
 		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, rec.url+r.URL.Path, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			if n > 0 {
-				w.Write(buf[:n])
-				if f, ok := w.(http.Flusher); ok {
-					f.Flush()
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
+		forward(w, r, rec.url, body)
 	}))
 	t.Cleanup(front.Close)
 	_, port, _ := net.SplitHostPort(front.Listener.Addr().String())
@@ -130,4 +106,95 @@ policy:
 	}
 	// The unguarded server still works.
 	mustOK(t, "plain__greet", callTool(t, cs, "plain__greet", map[string]any{"name": "x"}))
+}
+
+// TestUpstreamHeadersStayHome: a Streamable HTTP upstream's configured
+// headers (credentials) go to its own origin only: when it redirects a
+// tools/call to another host, the hop carries no Authorization (before,
+// the header transport added it to every request, redirects included).
+func TestUpstreamHeadersStayHome(t *testing.T) {
+	rec := startRecordingUpstream(t)
+	var leaked, hops atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hops.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			leaked.Add(1)
+		}
+		http.Error(w, "no", http.StatusNotFound)
+	}))
+	t.Cleanup(target.Close)
+	_, tport, _ := net.SplitHostPort(target.Listener.Addr().String())
+	var authed atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer s3cret-token-value" {
+			authed.Add(1)
+		}
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"tools/call"`)) {
+			http.Redirect(w, r, "http://localhost:"+tport+"/steal", http.StatusTemporaryRedirect)
+			return
+		}
+		forward(w, r, rec.url, body)
+	}))
+	t.Cleanup(front.Close)
+	t.Setenv("TOOLGATE_TEST_UP_TOKEN", "s3cret-token-value")
+	cfg := fmt.Sprintf(`auth:
+  api_keys:
+    - {id: alice, key_sha256: %q, tenant: %s}
+credentials: {tok: {env: TOOLGATE_TEST_UP_TOKEN}}
+servers:
+  - name: up
+    url: %q
+    headers: {Authorization: "Bearer {{credential:tok}}"}
+    sessions: shared
+policy:
+  default: deny
+  rules:
+    - {id: all, effect: allow, tools: ["*"]}
+`, auth.HashKey(keyAlice), tenant, front.URL+"/mcp")
+	g := startGatewayEgress(t, cfg, false, nil, nil)
+	cs := g.connect(t, keyAlice)
+	r, err := tryCall(t, cs, "greet", map[string]any{"name": "x"})
+	if err == nil && !r.IsError {
+		t.Fatalf("the redirected call succeeded: %s", resultText(r))
+	}
+	if authed.Load() == 0 {
+		t.Fatal("the upstream's own requests carried no Authorization")
+	}
+	if hops.Load() == 0 {
+		t.Fatal("the redirect was not followed; the test proves nothing")
+	}
+	if leaked.Load() != 0 {
+		t.Fatalf("the redirect target got the upstream's Authorization header %d times", leaked.Load())
+	}
+}
+
+// forward relays r (with body) to the upstream at base and streams the
+// answer back, flushing each read (SSE streams).
+func forward(w http.ResponseWriter, r *http.Request, base string, body []byte) {
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, base+r.URL.Path, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			w.Write(buf[:n])
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,13 +75,20 @@ func newDialer(srv config.Server, resolve func(string) (string, error), client *
 	return d, nil
 }
 
-// headerTransport adds fixed headers to every request.
+// headerTransport adds fixed headers (the server's resolved headers:
+// credentials) to every request to the server's own origin (scheme and
+// host:port of servers[].url), and to no other: a redirect the upstream
+// answers is followed without them, so it cannot send them elsewhere.
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	origin  string // scheme://host:port of the endpoint, lower case
 }
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if originOf(r.URL) != t.origin {
+		return t.base.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	for k, v := range t.headers {
 		r.Header.Set(k, v)
@@ -104,7 +113,23 @@ func (d *dialer) httpClient() *http.Client {
 	if len(d.headers) == 0 {
 		return &http.Client{Transport: base, CheckRedirect: check} // nothing to add: no per-request clone
 	}
-	return &http.Client{Transport: headerTransport{base: base, headers: d.headers}, CheckRedirect: check}
+	origin := ""
+	if u, err := url.Parse(d.cfg.URL); err == nil {
+		origin = originOf(u)
+	}
+	return &http.Client{Transport: headerTransport{base: base, headers: d.headers, origin: origin}, CheckRedirect: check}
+}
+
+// originOf is u's scheme://host:port, lower-cased, the port made explicit.
+func originOf(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if strings.EqualFold(u.Scheme, "https") {
+			port = "443"
+		}
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Hostname() + ":" + port)
 }
 
 // dial connects one client session with opts, sending middleware send
