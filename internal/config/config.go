@@ -269,28 +269,22 @@ type Server struct {
 	Egress *Egress `yaml:"egress"`
 }
 
-// Egress is an egress block (servers[].egress, hooks[].egress): the SSRF
-// guard's policy for one destination (OpenWOP RFC 0076 safe-fetch). See
-// egress.Policy for the meaning of each field.
-type Egress struct {
-	// AllowHosts are host globs ("api.example.com", "*.example.com",
-	// "*"); empty: any host (the address rules still apply).
-	AllowHosts []string `yaml:"allow_hosts"`
-	// AllowCIDRs are CIDR prefixes ("127.0.0.1/32", "10.0.0.0/8")
-	// dialed even though loopback, private, link-local ...
-	AllowCIDRs []string `yaml:"allow_cidrs"`
-	// MaxRedirects: 0 (unset) means 3, -1 means no redirect is followed.
-	MaxRedirects int `yaml:"max_redirects"`
-	// Proxy is an http, https or socks5 proxy URL; "" (default): none,
-	// and never the environment's HTTP_PROXY.
-	Proxy string `yaml:"proxy"`
-}
-
-// Policy converts e to the guard's policy. Errors: invalid_config for a
-// bad CIDR, host glob, redirect limit below -1 or proxy URL (Validate
-// reports the same issues with their location at load).
-func (e *Egress) Policy() (egress.Policy, error) {
-	p := egress.Policy{AllowHosts: e.AllowHosts, MaxRedirects: e.MaxRedirects, Proxy: e.Proxy}
+// Policy converts e (servers[].egress, hooks[].egress; the type of
+// http_tools[].egress too) to the SSRF guard's policy: max_redirects
+// unset is the guard's default (3), 0 follows none. Errors: invalid_config
+// for a bad CIDR, host glob, redirect limit or proxy URL (Validate reports
+// the same issues with their location at load).
+func (e Egress) Policy() (egress.Policy, error) {
+	p := egress.Policy{AllowHosts: e.AllowHosts, Proxy: e.Proxy}
+	if e.MaxRedirects != nil {
+		if *e.MaxRedirects < 0 {
+			return egress.Policy{}, errcode.Errorf(errcode.InvalidConfig, "egress max_redirects %d: want 0 (none) or more", *e.MaxRedirects)
+		}
+		p.MaxRedirects = *e.MaxRedirects
+		if p.MaxRedirects == 0 {
+			p.MaxRedirects = -1 // the guard's "none"
+		}
+	}
 	for _, c := range e.AllowCIDRs {
 		pr, err := netip.ParsePrefix(c)
 		if err != nil {
@@ -298,43 +292,10 @@ func (e *Egress) Policy() (egress.Policy, error) {
 		}
 		p.AllowCIDRs = append(p.AllowCIDRs, pr.Masked())
 	}
-	if e.MaxRedirects < -1 {
-		return egress.Policy{}, errcode.Errorf(errcode.InvalidConfig, "egress max_redirects %d: want -1 (none), 0 (default 3) or a positive limit", e.MaxRedirects)
-	}
 	if err := p.Validate(); err != nil {
 		return egress.Policy{}, err
 	}
 	return p, nil
-}
-
-// checkEgress reports the issues of egress block e at path (servers, i or
-// hooks, i).
-func checkEgress(e *Egress, at func(...any) *yaml.Node, add func(*yaml.Node, string, ...any), path ...any) {
-	if e == nil {
-		return
-	}
-	name := fmt.Sprintf("%s[%d].egress", path[0], path[1])
-	sub := func(k ...any) *yaml.Node {
-		return at(append(append([]any{}, path...), append([]any{"egress"}, k...)...)...)
-	}
-	for j, c := range e.AllowCIDRs {
-		if _, err := netip.ParsePrefix(c); err != nil {
-			add(sub("allow_cidrs", j), "%s.allow_cidrs[%d] %q is not a CIDR prefix (such as 10.0.0.0/8 or fd00::/8)", name, j, c)
-		}
-	}
-	for j, h := range e.AllowHosts {
-		if err := egress.ValidHostGlob(h); err != nil {
-			add(sub("allow_hosts", j), "%s.allow_hosts[%d]: %s", name, j, errcode.As(err).Message)
-		}
-	}
-	if e.MaxRedirects < -1 {
-		add(sub("max_redirects"), "%s.max_redirects %d: want -1 (none), 0 (default 3) or a positive limit", name, e.MaxRedirects)
-	}
-	if e.Proxy != "" {
-		if err := (egress.Policy{Proxy: e.Proxy}).Validate(); err != nil {
-			add(sub("proxy"), "%s.proxy: %s", name, errcode.As(err).Message)
-		}
-	}
 }
 
 // Credential reference syntax in server env and headers values.
@@ -1072,7 +1033,9 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		if s.Egress != nil && len(s.Command) > 0 {
 			add(at("servers", i, "egress"), "servers[%d].egress: only a Streamable HTTP server (url) makes outbound requests", i)
 		}
-		checkEgress(s.Egress, at, add, "servers", i)
+		if s.Egress != nil {
+			c.checkEgress(*s.Egress, at("servers", i, "egress"), fmt.Sprintf("servers[%d].egress", i), add)
+		}
 		if s.IdleTimeout != "" {
 			if !validDuration(s.IdleTimeout) {
 				add(at("servers", i, "idle_timeout"), "servers[%d].idle_timeout %q is not a duration", i, s.IdleTimeout)
@@ -1186,7 +1149,9 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		if h.Timeout != "" && !validDuration(h.Timeout) {
 			add(at("hooks", i, "timeout"), "hooks[%d].timeout %q is not a duration", i, h.Timeout)
 		}
-		checkEgress(h.Egress, at, add, "hooks", i)
+		if h.Egress != nil {
+			c.checkEgress(*h.Egress, at("hooks", i, "egress"), fmt.Sprintf("hooks[%d].egress", i), add)
+		}
 		if h.Content != "" && !oneOf(h.Content, "hash", "full") {
 			add(at("hooks", i, "content"), "hooks[%d].content %q: want hash or full", i, h.Content)
 		}
