@@ -60,19 +60,21 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/glob"
+	"github.com/toolgate/toolgate/internal/mcpwire"
 	"github.com/toolgate/toolgate/internal/pipeline"
 	"github.com/toolgate/toolgate/internal/tracing"
 	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/store"
 )
 
-// Meta keys of tools/call (request and result _meta).
+// Meta keys of tools/call (request and result _meta); see package
+// mcpwire, the one mapping shared with the go-sdk middleware.
 const (
-	MetaRunID        = "toolgate/runId"
-	MetaCallID       = "toolgate/callId"
-	MetaReceiptID    = "toolgate/receiptId"
-	MetaAgentID      = "toolgate/agentId"
-	MetaParentCallID = "toolgate/parentCallId"
+	MetaRunID        = mcpwire.MetaRunID
+	MetaCallID       = mcpwire.MetaCallID
+	MetaReceiptID    = mcpwire.MetaReceiptID
+	MetaAgentID      = mcpwire.MetaAgentID
+	MetaParentCallID = mcpwire.MetaParentCallID
 	// MetaRecord (request _meta, boolean) asks for the call to be recorded
 	// (pipeline.Call.Record; needs audit.record_scope).
 	MetaRecord = "toolgate/record"
@@ -84,7 +86,7 @@ const (
 	// (a refusal or a gateway fault): {code, message, details?}, code
 	// one of errcode's. It is not in structuredContent, which clients
 	// validate against the tool's outputSchema (DESIGN.md decision 5).
-	MetaError = "toolgate/error"
+	MetaError = mcpwire.MetaError
 )
 
 // surfaceName is what model APIs accept as a function name.
@@ -778,9 +780,7 @@ func (g *Gateway) disclosed(ctx context.Context, p identity.Principal, toolID st
 // unknownTool is the JSON-RPC error MCP servers (the go-sdk) give for a tool
 // they do not have; undisclosed tools answer exactly the same (DESIGN.md
 // decision 5).
-func unknownTool(name string) error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
-}
+func unknownTool(name string) error { return mcpwire.UnknownTool(name) }
 
 // callTool answers tools/call through the pipeline.
 func (g *Gateway) callTool(ctx context.Context, ds *dsession, p identity.Principal, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -942,20 +942,7 @@ func toResult(isMCP bool, out json.RawMessage) *mcp.CallToolResult {
 // structuredContent: official clients (the TypeScript SDK) validate any
 // structuredContent of a tool with an outputSchema against that schema and
 // would turn the refusal into a -32602 error of their own.
-func errorResult(e *errcode.Error) *mcp.CallToolResult {
-	if e == nil {
-		e = errcode.New(errcode.Internal, "the call failed")
-	}
-	obj := map[string]any{"code": string(e.Code), "message": e.Message}
-	if len(e.Details) > 0 {
-		obj["details"] = e.Details
-	}
-	return &mcp.CallToolResult{
-		IsError: true,
-		Content: []mcp.Content{&mcp.TextContent{Text: string(e.Code) + ": " + e.Message}},
-		Meta:    mcp.Meta{MetaError: obj},
-	}
-}
+func errorResult(e *errcode.Error) *mcp.CallToolResult { return mcpwire.ErrorResult(e) }
 
 // callCtx carries the downstream call's session and progress token to the
 // upstream invoker.
