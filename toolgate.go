@@ -98,6 +98,9 @@ type Gateway struct {
 	invokers map[string]pipeline.Invoker
 	policy   *policy.Program
 	opts     Options
+	// groups: per middleware, the toolIds it registered and their
+	// descriptors' JSON (setGroup replaces them as a whole).
+	groups map[string]map[string]string
 }
 
 // New returns a Gateway. Errors: invalid hook registrations, a bad key.
@@ -234,3 +237,61 @@ func (g *Gateway) WriteReceipts(w io.Writer) error {
 
 // Close releases resources. It is safe to call more than once.
 func (g *Gateway) Close() error { return nil }
+
+// setGroup replaces the tools a middleware registered under group with
+// tools (each with its invoker), leaving every other tool as it is, and
+// rebuilds the catalog only when the set changed. Classifications from
+// Options are applied to each descriptor. Errors: an invalid descriptor or
+// a toolId another group (or RegisterNative) already holds; the catalog is
+// then unchanged. Safe for concurrent use.
+func (g *Gateway) setGroup(group string, tools []catalog.Tool, inv pipeline.Invoker) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.groups == nil {
+		g.groups = map[string]map[string]string{}
+	}
+	for i := range tools {
+		catalog.Classify(&tools[i].Descriptor, g.opts.Classifications)
+	}
+	// Unchanged set (same ids, same descriptors): nothing to do.
+	old := g.groups[group]
+	if len(old) == len(tools) {
+		same := true
+		for _, t := range tools {
+			raw, _ := json.Marshal(t.Descriptor)
+			if old[t.Descriptor.ToolID] != string(raw) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return nil
+		}
+	}
+	prevTools, prevInv := g.tools, g.invokers
+	kept := make([]catalog.Tool, 0, len(g.tools)+len(tools))
+	for _, t := range g.tools {
+		if _, mine := old[t.Descriptor.ToolID]; !mine {
+			kept = append(kept, t)
+		}
+	}
+	g.invokers = make(map[string]pipeline.Invoker, len(prevInv)+len(tools))
+	for k, v := range prevInv {
+		if _, mine := old[k]; !mine {
+			g.invokers[k] = v
+		}
+	}
+	now := make(map[string]string, len(tools))
+	for _, t := range tools {
+		raw, _ := json.Marshal(t.Descriptor)
+		now[t.Descriptor.ToolID] = string(raw)
+		g.invokers[t.Descriptor.ToolID] = inv
+	}
+	g.tools = append(kept, tools...)
+	if err := g.rebuild(); err != nil {
+		g.tools, g.invokers = prevTools, prevInv
+		return err
+	}
+	g.groups[group] = now
+	return nil
+}
