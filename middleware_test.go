@@ -259,4 +259,3 @@ func TestPrincipalFromToken(t *testing.T) {
 		t.Fatal("no token info: want unauthenticated")
 	}
 }
-
