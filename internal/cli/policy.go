@@ -22,7 +22,7 @@ func newPolicyCmd() *cobra.Command {
 		Use:   "policy",
 		Short: "Inspect the policy",
 	}
-	cmd.AddCommand(newPolicyExplainCmd(), newPolicyTestCmd(), newPolicyDiffCmd())
+	cmd.AddCommand(newPolicyExplainCmd(), newPolicyTestCmd(), newPolicyDiffCmd(), newPolicyWhoCanCmd())
 	return cmd
 }
 
