@@ -169,4 +169,3 @@ func nonNilSlice[T any](s []T) []T {
 	}
 	return s
 }
-
