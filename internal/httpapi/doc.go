@@ -26,6 +26,7 @@
 //	GET  /v1/approvals[?status=]                 the approval inbox, with each argument summary
 //	POST /v1/approvals/{id}/approve|deny         resolve an approval (approvers only)
 //	POST /v1/policy/explain                      {principal?, toolId, args?} → decision, rule, layer, reason
+//	GET  /v1/admin/tools/{toolId}/principals[?args=] who of the tenant's configured principals may call it (AdminScope)
 //	GET  /v1/receipts[?chain=&from=&limit=]      a page of a receipt chain as `receipts export` JSON Lines (audit scope)
 //	GET  /v1/receipts/{receiptId}                one receipt, canonical JSON; 404 alike for unknown and another tenant's (audit scope)
 //	POST /v1/host/sample/toolhooks/invoke        seam (Options.TestSeams only)
@@ -41,7 +42,8 @@
 //
 // Every /v1 endpoint needs credentials (API key as Bearer or X-API-Key, or
 // a JWT); none needs a particular scope except explaining for another
-// principal (AdminScope) and the receipts (Options.AuditScope). A receipts
+// principal and listing who may call a tool (AdminScope) and the receipts
+// (Options.AuditScope). A receipts
 // page holds only whole checkpointed batches of the caller's tenant's
 // receipts (a batch with another tenant's receipt is skipped), so that
 // `toolgate receipts verify PAGE --pubkey K [--from SEQ]` verifies it;

@@ -119,6 +119,10 @@ type Options struct {
 	// whose key is not here fails its signature check. Empty: that route
 	// is left out.
 	ReceiptKeys []ed25519.PublicKey
+	// Principals lists the configured principals (the API keys) for GET
+	// /v1/admin/tools/{toolId}/principals, which shows those of the
+	// caller's tenant; nil lists none. Must be safe for concurrent use.
+	Principals func() []identity.Principal
 }
 
 // Approvals is the approval inbox the HTTP surface serves;
@@ -201,6 +205,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /v1/runs/{runId}/events", h.authed(h.runEvents))
 	m.Handle("GET /v1/events/stream", h.authed(h.stream))
 	m.Handle("POST /v1/policy/explain", h.authed(h.explain))
+	m.Handle("GET /v1/admin/tools/{toolId}/principals", h.authed(h.whoCan))
 	if h.opts.Approvals != nil {
 		m.Handle("GET /v1/approvals", h.authed(h.listApprovals))
 		m.Handle("POST /v1/approvals/{id}/approve", h.authed(h.resolveApproval(true)))

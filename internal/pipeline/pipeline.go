@@ -1495,3 +1495,29 @@ func limitKey(r policy.RateLimitRule, pr policy.Principal, toolID string) rateli
 	}
 	return k
 }
+
+// WhoCan is policy.Program.WhoCan for a catalog tool over the installed
+// state: what each of principals may do with toolID, with args (a JSON
+// object) when argsKnown, else with the arguments unknown. Errors:
+// not_found for a toolId not in the catalog, invalid_argument for args
+// that are not a JSON object. With no policy everyone is denied. Safe for
+// concurrent use.
+func (p *Pipeline) WhoCan(ctx context.Context, toolID string, principals []policy.Principal, args json.RawMessage, argsKnown bool) ([]policy.Access, error) {
+	st := p.state.Load()
+	facts, ok := st.facts[toolID]
+	if !ok {
+		return nil, notFoundID(toolID)
+	}
+	var m map[string]any
+	if argsKnown {
+		var err error
+		if m, err = decodeArgs(args); err != nil {
+			return nil, err
+		}
+	}
+	return st.Policy.WhoCan(ctx, facts, principals, m, argsKnown), nil
+}
+
+func notFoundID(id string) error {
+	return errcode.Errorf(errcode.NotFound, "unknown tool %q", id)
+}
