@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -257,5 +260,60 @@ func TestPrincipalFromToken(t *testing.T) {
 	}
 	if _, err := toolgate.PrincipalFromToken(context.Background(), &mcp.CallToolRequest{}); err == nil {
 		t.Fatal("no token info: want unauthenticated")
+	}
+}
+
+// Over Streamable HTTP on 127.0.0.1, behind the go-sdk's own bearer-token
+// middleware: the default principal function reads TokenInfo, so each
+// token sees and may call what its scopes allow.
+func TestServerMiddlewareStreamableHTTPTokenInfo(t *testing.T) {
+	var ran atomic.Int64
+	server := newNotesServer(&ran)
+	gw, _ := newMWGateway(t)
+	server.AddReceivingMiddleware(toolgate.ServerMiddleware(gw, toolgate.ServerOptions{Namespace: "notes"}))
+	tokens := map[string]*auth.TokenInfo{
+		"tok-reader": {UserID: "reader", Scopes: []string{"notes:read"}, Expiration: time.Now().Add(time.Hour), Extra: map[string]any{"tenant": "acme"}},
+		"tok-writer": {UserID: "writer", Scopes: []string{"notes:read", "notes:write"}, Expiration: time.Now().Add(time.Hour)},
+	}
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if ti, ok := tokens[token]; ok {
+			return ti, nil
+		}
+		return nil, auth.ErrInvalidToken
+	}
+	h := auth.RequireBearerToken(verify, nil)(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	ctx := context.Background()
+	connect := func(token string) *mcp.ClientSession {
+		tr := &mcp.StreamableClientTransport{Endpoint: "http://" + ln.Addr().String(),
+			HTTPClient: &http.Client{Transport: bearerRT{key: token}}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(ctx, tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	reader, writer := connect("tok-reader"), connect("tok-writer")
+	if l, err := reader.ListTools(ctx, nil); err != nil || mwToolNames(l) != "get" {
+		t.Fatalf("reader tools/list = %v, %v", l, err)
+	}
+	if l, err := writer.ListTools(ctx, nil); err != nil || mwToolNames(l) != "get,put" {
+		t.Fatalf("writer tools/list = %v, %v", l, err)
+	}
+	if _, err := reader.CallTool(ctx, &mcp.CallToolParams{Name: "put", Arguments: map[string]any{"id": "a"}}); err == nil || !strings.Contains(err.Error(), `unknown tool "put"`) {
+		t.Fatalf("reader put err = %v, want unknown tool", err)
+	}
+	if r, err := writer.CallTool(ctx, &mcp.CallToolParams{Name: "put", Arguments: map[string]any{"id": "a"}}); err != nil || text(r) != "stored a" {
+		t.Fatalf("writer put = %+v, %v", r, err)
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("server ran %d calls, want 1", ran.Load())
 	}
 }
