@@ -143,10 +143,18 @@
 // unknown: the MCP gateway shows each resource of resources/list iff a read
 // of its URI (args {uri}) could be non-deny.
 //
+// # Who can call a tool
+//
+// WhoCan answers `toolgate policy who-can` and GET
+// /v1/admin/tools/{toolId}/principals: Explain (hence Decide and Disclose)
+// run once per principal, with "conditional" for a decision that depends on
+// unknown arguments. Grants expresses the same rules over a token's claims
+// (scope sets and conditions) for principals that cannot be enumerated.
+//
 // # Concurrency
 //
 // Compile is safe for concurrent use. A *Program is immutable after
-// Compile: Decide, Disclose, Explain, RateLimit and Version are safe for
+// Compile: Decide, Disclose, Explain, WhoCan, Grants, RateLimit and Version are safe for
 // concurrent use, never panic, and only read their Input. Replace a policy
 // by compiling a new Program and swapping the pointer (STYLE.md §39).
 package policy
