@@ -332,7 +332,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
 		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st,
 		ReceiptKeys: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)},
-		Principals: func() []policy.Principal { return authn.cur.Load().Principals() }}
+		Principals:  func() []policy.Principal { return authn.cur.Load().Principals() }}
 	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)
