@@ -5,17 +5,18 @@ import (
 	"net/http"
 
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
+	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
 // WhoCanResponse is the answer of GET /v1/admin/tools/{toolId}/principals:
 // for each configured principal of the caller's tenant, what the policy
-// lets it do with the tool (policy.Access: effect allow, require_approval,
+// lets it do with the tool (pipeline.Access: effect allow, require_approval,
 // deny or conditional, shown, deciding rule with file:line). A plain value.
 type WhoCanResponse struct {
-	ToolID     string          `json:"toolId"`
-	ArgsKnown  bool            `json:"argsKnown"`
-	Principals []policy.Access `json:"principals"`
+	ToolID     string            `json:"toolId"`
+	ArgsKnown  bool              `json:"argsKnown"`
+	Principals []pipeline.Access `json:"principals"`
 }
 
 // whoCan serves GET /v1/admin/tools/{toolId}/principals[?args=JSON]: who
@@ -28,7 +29,7 @@ type WhoCanResponse struct {
 // catalog, 400 invalid_argument for ?args that is not a JSON object. Each
 // answered read is logged (operator log, level info: caller, tenant,
 // toolId), like the other admin reads.
-func (h *Handler) whoCan(w http.ResponseWriter, r *http.Request, caller policy.Principal) error {
+func (h *Handler) whoCan(w http.ResponseWriter, r *http.Request, caller identity.Principal) error {
 	if !hasScope(caller, AdminScope) {
 		return errcode.Errorf(errcode.Forbidden, "listing who may call a tool needs scope %s", AdminScope).
 			WithDetails(map[string]any{"requiredScopes": []string{AdminScope}})
@@ -44,7 +45,7 @@ func (h *Handler) whoCan(w http.ResponseWriter, r *http.Request, caller policy.P
 		}
 		args = raw
 	}
-	var prs []policy.Principal
+	var prs []identity.Principal
 	if h.opts.Principals != nil {
 		for _, p := range h.opts.Principals() {
 			if p.Tenant == caller.Tenant {

@@ -23,6 +23,8 @@ type (
 	// RuleSummary is one loaded rule as Policy.Rules lists it (id, effect,
 	// tools, scopes, condition, file position).
 	RuleSummary = policy.RuleSummary
+	// Access is what one principal may do with one tool (Pipeline.WhoCan).
+	Access = policy.Access
 )
 
 // SeamPolicy compiles the policy of the OpenWOP conformance seams' own
