@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/canonjson"
@@ -192,4 +193,19 @@ func ChangedFields(old, new []byte) []string {
 		out = append(out, c.Field)
 	}
 	return out
+}
+
+// DescriptorDefinition is the Definition a descriptor declares, for tools
+// whose definition is the descriptor itself (native tools, HTTP tools):
+// name is the part of the toolId after its scope prefix ("native:", "http:"),
+// and the annotations are those the descriptor implies (Annotations).
+// Pure; safe for concurrent use.
+func DescriptorDefinition(d *ToolDescriptor) Definition {
+	name := d.ToolID
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		name = name[i+1:]
+	}
+	ann, _ := json.Marshal(d.Annotations())
+	return Definition{Name: name, Title: d.Title, Description: d.Description,
+		InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Annotations: ann}
 }
