@@ -128,18 +128,28 @@ type FieldChange struct {
 }
 
 // DiffDefinitions compares two normalized definitions (NormalizeDefinition
-// output; nil old for a tool never pinned, which differs in every field)
-// field by field, in DefinitionFields order, annotations key by key
+// output; nil old for a tool never pinned, which differs in each of the
+// six DefinitionFields, annotations as one) field by field, in DefinitionFields order, annotations key by key
 // ("annotations.destructiveHint"). Errors: InvalidArgument when either is
 // not a normalized definition. Pure; safe for concurrent use.
 func DiffDefinitions(old, new []byte) ([]FieldChange, error) {
+	// Re-canonicalized: a store may have re-encoded them (encoding/json
+	// escapes '<' as \u003c), and the comparison is of canonical bytes.
 	var o, n map[string]json.RawMessage
 	if len(old) > 0 {
-		if err := json.Unmarshal(old, &o); err != nil {
+		c, err := canonjson.Canonicalize(old)
+		if err != nil {
+			return nil, errcode.Errorf(errcode.InvalidArgument, "old definition: %v", err)
+		}
+		if err := json.Unmarshal(c, &o); err != nil {
 			return nil, errcode.Errorf(errcode.InvalidArgument, "old definition: %v", err)
 		}
 	}
-	if err := json.Unmarshal(new, &n); err != nil {
+	cn, err := canonjson.Canonicalize(new)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.InvalidArgument, "new definition: %v", err)
+	}
+	if err := json.Unmarshal(cn, &n); err != nil {
 		return nil, errcode.Errorf(errcode.InvalidArgument, "new definition: %v", err)
 	}
 	null := json.RawMessage("null")
@@ -150,6 +160,12 @@ func DiffDefinitions(old, new []byte) ([]FieldChange, error) {
 		return null
 	}
 	var out []FieldChange
+	if o == nil { // a tool never pinned: every field is new
+		for _, f := range DefinitionFields {
+			out = append(out, FieldChange{Field: f, Old: null, New: val(n, f)})
+		}
+		return out, nil
+	}
 	for _, f := range DefinitionFields {
 		ov, nv := val(o, f), val(n, f)
 		if f != "annotations" {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -153,4 +154,16 @@ func ClonePin(p Pin) Pin {
 	}
 	p.ApprovedAt, p.FirstSeen = p.ApprovedAt.UTC(), p.FirstSeen.UTC()
 	return p
+}
+
+// MarshalPin is the JSON a backend stores for p: encoding/json without
+// HTML escaping, so that the definitions are kept byte for byte.
+func MarshalPin(p Pin) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(ClonePin(p)); err != nil {
+		return nil, errcode.Wrap(errcode.InvalidArgument, err, "encoding pin")
+	}
+	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }

@@ -83,7 +83,7 @@ func (s *Store) PutPin(ctx context.Context, p *store.Pin) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	body, err := json.Marshal(store.ClonePin(*p))
+	body, err := store.MarshalPin(*p)
 	if err != nil {
 		return errcode.Wrap(errcode.InvalidArgument, err, op)
 	}
@@ -116,7 +116,7 @@ func (s *Store) ApprovePin(ctx context.Context, toolID, digest, by string, at ti
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(next)
+	body, err := store.MarshalPin(next)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, op)
 	}

@@ -75,7 +75,7 @@ func decodePin(op, body string) (store.Pin, error) {
 
 // putPin writes p in the writer's transaction.
 func putPin(w *writer, p store.Pin) error {
-	body, err := json.Marshal(store.ClonePin(p))
+	body, err := store.MarshalPin(p)
 	if err != nil {
 		return errcode.Wrap(errcode.InvalidArgument, err, "put pin")
 	}
