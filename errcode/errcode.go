@@ -113,7 +113,7 @@ var statuses = map[Code]int{
 	Timeout:               http.StatusGatewayTimeout,
 	Cancelled:             499,
 	AuditUnavailable:      http.StatusServiceUnavailable,
-	ToolChanged:           http.StatusConflict,
+	ToolChanged:           http.StatusForbidden,
 	Conflict:              http.StatusConflict,
 	ReplayDivergence:      http.StatusOK,
 	Internal:              http.StatusInternalServerError,

@@ -210,20 +210,27 @@ func (g *Gateway) toolChanged(ctx context.Context, c ToolChanged) {
 	g.pinEvent(ctx, TypeToolChanged, c)
 }
 
-// pinEvent appends one pinning event (tenant "", principal core.system).
+// pinEvent appends one pinning event and logs a failure.
 func (g *Gateway) pinEvent(ctx context.Context, typ string, payload any) {
 	if g.opts.Events == nil {
 		return
 	}
-	ev, err := audit.NewEvent(PinningRunID, typ, payload, "", time.Now())
-	if err != nil {
-		g.log.Error("building pinning event", "type", typ, "err", err)
-		return
-	}
-	ev.Principal = audit.AgentSystem
-	if err := g.opts.Events.Append(ctx, ev); err != nil {
+	if err := AppendPinEvent(ctx, g.opts.Events, typ, payload); err != nil {
 		g.log.Error("recording pinning event", "type", typ, "err", err)
 	}
+}
+
+// AppendPinEvent appends one pinning event (TypeToolChanged with a
+// ToolChanged, TypeToolApproved with a ToolApproved) to log, in run
+// PinningRunID of the empty tenant, principal core.system. Errors: those
+// of audit.NewEvent and log.Append.
+func AppendPinEvent(ctx context.Context, log audit.Log, typ string, payload any) error {
+	ev, err := audit.NewEvent(PinningRunID, typ, payload, "", time.Now())
+	if err != nil {
+		return err
+	}
+	ev.Principal = audit.AgentSystem
+	return log.Append(ctx, ev)
 }
 
 // ApproveTool approves the pending definition of toolID (store.Pins.
