@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/schematest"
 	"github.com/toolgate/toolgate/receipt"
 	"github.com/toolgate/toolgate/store"
 )
@@ -40,6 +41,8 @@ func changedEvents(t *testing.T, st store.Events) []ToolChanged {
 	}
 	var out []ToolChanged
 	for _, ev := range evs {
+		// A vendor event in the OpenWOP run-event envelope.
+		schematest.Validate(t, "run-event.schema.json", ev)
 		if ev.Type != TypeToolChanged {
 			continue
 		}
@@ -240,6 +243,7 @@ func TestPinningEnforce(t *testing.T) {
 	if err != nil || evs[len(evs)-1].Type != TypeToolApproved || !strings.Contains(string(evs[len(evs)-1].Payload), `"approvedBy":"ops"`) {
 		t.Fatalf("no toolgate.tool.approved event last: %v", err)
 	}
+	schematest.Validate(t, "run-event.schema.json", evs[len(evs)-1])
 
 	// An approval written to the store by another process (the CLI)
 	// releases the tool without a restart.
