@@ -14,7 +14,7 @@ import (
 // ListPins implements store.Pins.ListPins.
 func (s *Store) ListPins(ctx context.Context) ([]store.Pin, error) {
 	const op = "list pins"
-	if err := s.readable(ctx, op); err != nil {
+	if err := s.open(ctx, op); err != nil {
 		return nil, err
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT body FROM tool_pins ORDER BY tool_id`)
@@ -43,7 +43,7 @@ func (s *Store) ListPins(ctx context.Context) ([]store.Pin, error) {
 // GetPin implements store.Pins.GetPin.
 func (s *Store) GetPin(ctx context.Context, toolID string) (*store.Pin, error) {
 	const op = "get pin"
-	if err := s.readable(ctx, op); err != nil {
+	if err := s.open(ctx, op); err != nil {
 		return nil, err
 	}
 	return scanPin(s.rdb.QueryRowContext(ctx, `SELECT body FROM tool_pins WHERE tool_id = ?`, toolID), op, toolID)
