@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -143,6 +144,17 @@ rules:
 	rs := verifyReceipts(t, h.gw)
 	if len(rs) != 1 || rs[0].Status != "ok" || rs[0].CallID != res.CallID || rs[0].Decision.RuleID != "all" || rs[0].ReceiptID != res.ReceiptID {
 		t.Fatalf("receipts = %+v", rs)
+	}
+	// The receipt carries the digest of the native tool's declared
+	// definition (issue 17 §3).
+	ds := h.gw.Disclose(context.Background(), alice)
+	i := slices.IndexFunc(ds, func(d catalog.ToolDescriptor) bool { return d.ToolID == "native:text.echo" })
+	if i < 0 {
+		t.Fatalf("native:text.echo not disclosed: %+v", ds)
+	}
+	want, err := catalog.DefinitionDigest(catalog.DescriptorDefinition(&ds[i]))
+	if err != nil || rs[0].ToolDigest != want {
+		t.Fatalf("receipt toolDigest = %q, want %q (%v)", rs[0].ToolDigest, want, err)
 	}
 }
 

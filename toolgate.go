@@ -170,7 +170,11 @@ func (g *Gateway) RegisterNative(d catalog.ToolDescriptor, fn NativeFunc) error 
 	if len(name) > len("native:") && name[:len("native:")] == "native:" {
 		name = name[len("native:"):]
 	}
-	t := catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name}
+	// The digest of the declared definition, written to every receipt
+	// (toolDigest). A descriptor that fails to normalize fails Validate in
+	// rebuild anyway.
+	dig, _ := catalog.DefinitionDigest(catalog.DescriptorDefinition(&d))
+	t := catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name, Digest: dig}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.tools = append(g.tools, t)

@@ -50,6 +50,10 @@ type Tool struct {
 	Transport  Transport
 	Server     string
 	Name       string
+	// Digest is the definition digest the tool is served under
+	// (DefinitionDigest, "sha256:<hex>"); "" when none was computed. Every
+	// call's receipt carries it (toolDigest).
+	Digest string
 }
 
 // Clone returns a deep copy of t (see ToolDescriptor.Clone). Safe for

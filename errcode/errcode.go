@@ -81,6 +81,10 @@ const (
 	Cancelled Code = "cancelled"
 	// AuditUnavailable: the audit store cannot record the call, so it is refused.
 	AuditUnavailable Code = "audit_unavailable"
+	// ToolChanged: the tool's definition is held by pinning (pinning.mode
+	// enforce): it is new or changed since an operator approved it, and is
+	// neither listed nor callable until approved (`toolgate tools approve`).
+	ToolChanged Code = "tool_changed"
 	// Conflict: a state conflict (for example an approval already resolved).
 	Conflict Code = "conflict"
 	// ReplayDivergence: a call of a replay (toolgate/replayOf) differs from
@@ -116,6 +120,7 @@ var statuses = map[Code]int{
 	Timeout:               http.StatusGatewayTimeout,
 	Cancelled:             499,
 	AuditUnavailable:      http.StatusServiceUnavailable,
+	ToolChanged:           http.StatusForbidden,
 	Conflict:              http.StatusConflict,
 	ReplayDivergence:      http.StatusOK,
 	Internal:              http.StatusInternalServerError,

@@ -40,6 +40,7 @@ type wireReceipt struct {
 	StartedAt         string    `json:"startedAt"`
 	Status            string    `json:"status"`
 	Tenant            string    `json:"tenant"`
+	ToolDigest        string    `json:"toolDigest"`
 	ToolID            string    `json:"toolId"`
 	Transport         string    `json:"transport"`
 	V                 int       `json:"v"`
@@ -91,7 +92,7 @@ func (w *wireReceipt) receipt() (*Receipt, error) {
 		Principal: w.Principal, Tenant: w.Tenant, ToolID: w.ToolID, Transport: w.Transport,
 		Decision: w.Decision, RequestedArgsHash: w.RequestedArgsHash, ExecutedArgsHash: w.ExecutedArgsHash,
 		MutationSource: w.MutationSource, Status: w.Status, Error: w.Error, ResultHash: w.ResultHash,
-		StartedAt: t, DurationMs: w.DurationMs, ApprovalID: w.ApprovalID, Hash: w.Hash, Sig: w.Sig,
+		StartedAt: t, DurationMs: w.DurationMs, ApprovalID: w.ApprovalID, ToolDigest: w.ToolDigest, Hash: w.Hash, Sig: w.Sig,
 	}, nil
 }
 

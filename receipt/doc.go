@@ -24,7 +24,7 @@
 //	{v, chainId, seq, prevHash, receiptId, callId, parentCallId?, runId, agentId,
 //	 principal, tenant, toolId, transport, decision{effect, ruleId, policyVersion},
 //	 requestedArgsHash, executedArgsHash, mutationSource?, status, error{code}?,
-//	 resultHash?, startedAt, durationMs?, approvalId?}
+//	 resultHash?, startedAt, durationMs?, approvalId?, toolDigest?}
 //
 // where "?" keys are omitted when empty. v is 1. chainId is the signer's key
 // id: "ed25519:" + the first 16 lowercase hex characters of SHA-256(raw

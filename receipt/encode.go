@@ -81,7 +81,7 @@ type offsets struct {
 // Key order (byte order): agentId approvalId callId chainId decision
 // durationMs error executedArgsHash hash mutationSource parentCallId
 // prevHash principal receiptId requestedArgsHash resultHash runId seq sig
-// startedAt status tenant toolId transport v.
+// startedAt status tenant toolDigest toolId transport v.
 func appendReceipt(b []byte, r *Receipt, line bool, off *offsets) []byte {
 	b = append(b, `{"agentId":`...)
 	b = appendString(b, r.AgentID)
@@ -155,6 +155,10 @@ func appendReceipt(b []byte, r *Receipt, line bool, off *offsets) []byte {
 	b = appendString(b, r.Status)
 	b = append(b, `,"tenant":`...)
 	b = appendString(b, r.Tenant)
+	if r.ToolDigest != "" {
+		b = append(b, `,"toolDigest":`...)
+		b = appendString(b, r.ToolDigest)
+	}
 	b = append(b, `,"toolId":`...)
 	b = appendString(b, r.ToolID)
 	b = append(b, `,"transport":`...)

@@ -40,7 +40,7 @@ func randReceipt(rng *rand.Rand) *Receipt {
 		RequestedArgsHash: randString(rng, 8), ExecutedArgsHash: randString(rng, 8),
 		MutationSource: opt(randString(rng, 8)), Status: randString(rng, 8), ResultHash: opt(randString(rng, 8)),
 		StartedAt:  time.UnixMilli(rng.Int64N(253402300800000+62135596800000) - 62135596800000).UTC(), // years 0001–9999
-		ApprovalID: opt(randString(rng, 8)), Hash: randString(rng, 8), Sig: opt(randString(rng, 8)),
+		ApprovalID: opt(randString(rng, 8)), ToolDigest: opt(randString(rng, 8)), Hash: randString(rng, 8), Sig: opt(randString(rng, 8)),
 	}
 	if rng.IntN(2) == 0 {
 		r.Error = &ErrorRef{Code: randString(rng, 8)}
@@ -69,7 +69,7 @@ func referenceBody(r *Receipt, line bool) map[string]any {
 		"requestedArgsHash": r.RequestedArgsHash, "executedArgsHash": r.ExecutedArgsHash, "status": r.Status,
 		"startedAt": r.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
 	}
-	for k, v := range map[string]string{"parentCallId": r.ParentCallID, "mutationSource": r.MutationSource, "resultHash": r.ResultHash, "approvalId": r.ApprovalID} {
+	for k, v := range map[string]string{"parentCallId": r.ParentCallID, "mutationSource": r.MutationSource, "resultHash": r.ResultHash, "approvalId": r.ApprovalID, "toolDigest": r.ToolDigest} {
 		if v != "" {
 			m[k] = v
 		}

@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -89,6 +90,11 @@ type Receipt struct {
 	// tool ran (CONTRACT.md §F): never for "forbidden" or "rate_limited".
 	DurationMs *int64
 	ApprovalID string // "approvalId": optional
+	// ToolDigest ("toolDigest", optional) is the definition digest of the
+	// tool the call ran under (catalog.DefinitionDigest: "sha256:" and 64
+	// lowercase hex); absent in receipts written before it existed, which
+	// still verify.
+	ToolDigest string
 	// Hash ("hash") is the lowercase hex SHA-256 of the canonical body: the
 	// RFC 8785 form of the receipt without "hash" and "sig".
 	Hash string
@@ -144,7 +150,7 @@ func checkContent(r *Receipt) *problem {
 		{"decision.ruleId", r.Decision.RuleID}, {"decision.policyVersion", r.Decision.PolicyVersion},
 		{"requestedArgsHash", r.RequestedArgsHash}, {"executedArgsHash", r.ExecutedArgsHash},
 		{"mutationSource", r.MutationSource}, {"status", r.Status}, {"resultHash", r.ResultHash},
-		{"approvalId", r.ApprovalID},
+		{"approvalId", r.ApprovalID}, {"toolDigest", r.ToolDigest},
 	} {
 		if !utf8.ValidString(f.v) {
 			return malformed("%s is not valid UTF-8", f.name)
@@ -182,6 +188,9 @@ func checkContent(r *Receipt) *problem {
 	}
 	if r.ResultHash != "" && !isHex64(r.ResultHash) {
 		return malformed("resultHash is not 64 lowercase hex characters")
+	}
+	if d, ok := strings.CutPrefix(r.ToolDigest, "sha256:"); r.ToolDigest != "" && (!ok || !isHex64(d)) {
+		return malformed("toolDigest is not sha256: and 64 lowercase hex characters")
 	}
 	if r.StartedAt.IsZero() {
 		return malformed("startedAt is missing")
@@ -238,7 +247,7 @@ func checkContentUTF8(r *Receipt) *problem {
 		r.ChainID, r.PrevHash, r.ReceiptID, r.CallID, r.ParentCallID, r.RunID, r.AgentID, r.Principal,
 		r.Tenant, r.ToolID, r.Transport, r.Decision.Effect, r.Decision.RuleID, r.Decision.PolicyVersion,
 		r.RequestedArgsHash, r.ExecutedArgsHash, r.MutationSource, r.Status, r.ResultHash, r.ApprovalID,
-		r.Hash, r.Sig,
+		r.ToolDigest, r.Hash, r.Sig,
 	} {
 		if !utf8.ValidString(s) {
 			return malformed("a string field is not valid UTF-8")

@@ -210,7 +210,7 @@ type Sessions interface {
 }
 
 // Store is a complete backend: events, receipts, approvals, sessions and
-// recorded calls.
+// recorded calls and tool-definition pins.
 // Close stops accepting writes, waits for writes already accepted, closes
 // every follower's channel and releases the backend's resources; calls made
 // after Close fail with AuditUnavailable. Close is idempotent and safe for
@@ -221,6 +221,7 @@ type Store interface {
 	Approvals
 	Sessions
 	Recordings
+	Pins
 	Close() error
 }
 

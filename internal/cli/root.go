@@ -116,7 +116,7 @@ Exit codes: 0 success, 1 the command found a problem, 2 usage error.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usage("%v (see '%s --help')", err, c.CommandPath()) })
-	root.AddCommand(newServeCmd(), newClientCmd(), newApprovalsCmd(), newDemoCmd(), newHashCmd(), newKeyCmd(), newAuditCmd(), newValidateCmd(), newPolicyCmd(), newReceiptsCmd(), newReplayCmd(), newVersionCmd(), newHealthcheckCmd())
+	root.AddCommand(newServeCmd(), newClientCmd(), newApprovalsCmd(), newDemoCmd(), newHashCmd(), newKeyCmd(), newAuditCmd(), newValidateCmd(), newPolicyCmd(), newReceiptsCmd(), newReplayCmd(), newToolsCmd(), newVersionCmd(), newHealthcheckCmd())
 	finish(root)
 	return root
 }

@@ -314,7 +314,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	authn := &swapAuth{refusals: refusals, onAuth: ed.authenticated}
 	authn.cur.Store(firstAuth)
 	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives, HTTPTools: https,
-		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger})
+		Sessions: st, Events: store.EventLog(st), Pins: st, Secret: redactor.AddSecret, Logger: logger})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -332,7 +332,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		MCP: true, MaxBodyBytes: cfg.MCP.MaxBodyBytes, AuditContent: cfg.Audit.Content, Version: version.String(), Logger: logger,
 		Approvals: approvals, ApproversScope: cfg.Approvals.ApproversScope, AuditScope: cfg.Audit.ReadersScope, Targets: gw.Target, ReceiptStore: st,
 		ReceiptKeys: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)},
-		Principals:  func() []policy.Principal { return authn.cur.Load().Principals() }}
+		Principals:  func() []policy.Principal { return authn.cur.Load().Principals() },
+		PinAdmin:    &httpapi.PinAdmin{Pins: st, Mode: cfg.Pinning.Mode, Approve: gw.ApproveTool}}
 	api, err := httpapi.New(apiOpts)
 	if err != nil {
 		return failure("%v", err)

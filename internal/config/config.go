@@ -51,6 +51,7 @@ type Config struct {
 	PolicyNode yaml.Node   `yaml:"policy"`
 	Approvals  Approvals   `yaml:"approvals"`
 	Hooks      []Hook      `yaml:"hooks"`
+	Pinning    Pinning     `yaml:"pinning"`
 	Log        Log         `yaml:"log"`
 	// Observability configures /metrics and telemetry export (issue 16).
 	Observability Observability `yaml:"observability"`
@@ -60,6 +61,18 @@ type Config struct {
 	Policy *policy.Program `yaml:"-"` // nil when the file has no policy block (deny all)
 
 	doc *yaml.Node // the document's root mapping, for PosOf
+}
+
+// Pinning controls tool-definition pinning (issue 17 §3): every tool's
+// definition digest (catalog.DefinitionDigest) is kept in the store and
+// compared with what the upstream lists.
+type Pinning struct {
+	// Mode is off (no digests kept), record (default: a new or changed
+	// definition is served, the change recorded and evented) or enforce
+	// (a new or changed definition is held: not listed, a call answers
+	// tool_changed, until an operator approves it; the first listing of a
+	// server whose tools have never been pinned pins them all).
+	Mode string `yaml:"mode"`
 }
 
 // Naming controls tool names on the MCP surface.
@@ -817,6 +830,9 @@ func (c *Config) applyDefaults() {
 	if c.Approvals.ApproversScope == "" {
 		c.Approvals.ApproversScope = "toolgate:approve"
 	}
+	if c.Pinning.Mode == "" {
+		c.Pinning.Mode = "record"
+	}
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
@@ -1111,6 +1127,9 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 		} else {
 			c.checkRefs(b, at("approvals", "binding_secret"), add)
 		}
+	}
+	if !oneOf(c.Pinning.Mode, "off", "record", "enforce") {
+		add(at("pinning", "mode"), "pinning.mode %q: want off, record or enforce", c.Pinning.Mode)
 	}
 	if !oneOf(c.Log.Format, "text", "json") {
 		add(at("log", "format"), "log.format %q: want text or json", c.Log.Format)

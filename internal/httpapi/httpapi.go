@@ -123,6 +123,10 @@ type Options struct {
 	// /v1/admin/tools/{toolId}/principals, which shows those of the
 	// caller's tenant; nil lists none. Must be safe for concurrent use.
 	Principals func() []identity.Principal
+	// PinAdmin, when set (Pins and Approve), serves the tool pinning
+	// endpoints under /v1/admin/tools/pending (pins.go); nil leaves them
+	// out.
+	PinAdmin *PinAdmin
 }
 
 // Approvals is the approval inbox the HTTP surface serves;
@@ -217,6 +221,11 @@ func (h *Handler) routes() {
 		if len(h.opts.ReceiptKeys) > 0 {
 			m.Handle("GET /v1/receipts/{receiptId}/verify", h.authed(h.verifyReceipt))
 		}
+	}
+	if h.opts.PinAdmin != nil && h.opts.PinAdmin.Pins != nil && h.opts.PinAdmin.Approve != nil {
+		m.Handle("GET /v1/admin/tools/pending", h.authed(h.listPending))
+		m.Handle("GET /v1/admin/tools/pending/{toolId}", h.authed(h.getPending))
+		m.Handle("POST /v1/admin/tools/pending/{toolId}/approve", h.authed(h.approvePending))
 	}
 	if h.opts.TestSeams {
 		m.Handle("POST /v1/host/sample/toolhooks/invoke", h.authed(h.seamInvoke))

@@ -3,6 +3,7 @@ package mcpgw
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -260,17 +261,31 @@ func startGatewayHTTP(t testing.TB, yamlText string, approvals bool, hc *http.Cl
 // guard's options, e.g. a test resolver).
 func startGatewayEgress(t testing.TB, yamlText string, approvals bool, hc *http.Client, eg []egress.Option) *e2eGateway {
 	t.Helper()
+	key, err := receipt.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startGatewayOnEgress(t, yamlText, approvals, hc, filepath.Join(t.TempDir(), "toolgate.db"), key, eg)
+}
+
+// startGatewayOn is startGatewayHTTP on the sqlite store at dbPath signed
+// with key: a second call with the same path and key is a restart of the
+// gateway (call e.stop first).
+func startGatewayOn(t testing.TB, yamlText string, approvals bool, hc *http.Client, dbPath string, key ed25519.PrivateKey) *e2eGateway {
+	t.Helper()
+	return startGatewayOnEgress(t, yamlText, approvals, hc, dbPath, key, nil)
+}
+
+// startGatewayOnEgress is startGatewayOn with Options.Egress eg.
+func startGatewayOnEgress(t testing.TB, yamlText string, approvals bool, hc *http.Client, dbPath string, key ed25519.PrivateKey, eg []egress.Option) *e2eGateway {
+	t.Helper()
 	ctx := t.Context()
 	cfg, err := config.Parse("test.yaml", []byte(yamlText))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yamlText)
 	}
 	logger := slog.New(slog.NewTextHandler(newTestLogWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	key, err := receipt.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "toolgate.db"), sqlite.Options{Signer: receipt.NewSigner(key), Logger: logger})
+	st, err := sqlite.Open(ctx, dbPath, sqlite.Options{Signer: receipt.NewSigner(key), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +315,7 @@ func startGatewayEgress(t testing.TB, yamlText string, approvals bool, hc *http.
 		t.Fatal(err)
 	}
 	gw, err := New(Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy,
-		Sessions: st, Events: store.EventLog(st), Secret: redactor.AddSecret, Logger: logger, HTTPClient: hc, Egress: eg})
+		Sessions: st, Events: store.EventLog(st), Pins: st, Secret: redactor.AddSecret, Logger: logger, HTTPClient: hc, Egress: eg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,6 +328,18 @@ func startGatewayEgress(t testing.TB, yamlText string, approvals bool, hc *http.
 		t.Fatalf("the gateway's upstreams did not become ready: %v", err)
 	}
 	return &e2eGateway{gw: gw, st: st, srv: srv, url: srv.URL, approvals: mgr}
+}
+
+// stop ends the gateway, its listener and its store (as a process exit
+// would), so that the store can be opened by another gateway.
+func (e *e2eGateway) stop(t testing.TB) {
+	t.Helper()
+	e.gw.Close()
+	e.srv.CloseClientConnections()
+	e.srv.Close()
+	if err := e.st.Close(); err != nil {
+		t.Fatalf("closing the store: %v", err)
+	}
 }
 
 // bearerRT adds "Authorization: Bearer <key>" to every request.

@@ -109,7 +109,10 @@ type Options struct {
 	// natives; their output is a CallToolResult.
 	HTTPTools []Native
 	Sessions  store.Sessions // nil: session records are not kept (events still are)
-	Events    audit.Log      // for tool.session.* events; nil: none
+	Events    audit.Log      // for tool.session.* and toolgate.tool.* events; nil: none
+	// Pins keeps tool-definition pins (config pinning); nil: no pinning
+	// (digests are still computed and written to receipts).
+	Pins store.Pins
 	// Secret registers a resolved credential value for redaction (id, value).
 	Secret     func(id, value string)
 	Logger     *slog.Logger
@@ -155,7 +158,8 @@ type Gateway struct {
 	idleStops atomic.Int64   // per-client upstream sessions stopped for idleness
 	updates   sync.Map       // relayed resources/updated params → its one *mcp.ServerSession (session.go)
 	closed    atomic.Bool
-	streams   streamCloser // ends standalone GET streams at shutdown (http.go)
+	done      chan struct{} // closed by Close
+	streams   streamCloser  // ends standalone GET streams at shutdown (http.go)
 
 	// Direct tools/call (direct.go).
 	userApprover    atomic.Bool  // the policy has an `approver: user` rule
@@ -184,6 +188,7 @@ type upstream struct {
 	refreshPending bool
 	refreshOn      *mcp.ClientSession
 	listed         chan struct{}
+	pins           pinState // pinning's decision on the last listing (pinning.go); under mu
 	once           sync.Once
 	initRes        *mcp.InitializeResult
 }
@@ -234,7 +239,7 @@ func New(opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, cfg: opts.Config, log: log, pipe: opts.Pipeline, ups: map[string]*upstream{}, policy: opts.Policy,
-		classes: opts.Config.Tools, protocols: sessionProtocols(), limits: newSessionLimits(opts.Config.MCP)}
+		classes: opts.Config.Tools, protocols: sessionProtocols(), limits: newSessionLimits(opts.Config.MCP), done: make(chan struct{})}
 	resolve := func(name string) (string, error) {
 		cr, ok := g.cfg.Credentials[name]
 		if !ok {
@@ -306,6 +311,9 @@ func New(opts Options) (*Gateway, error) {
 			g.refreshTools(u, cs)
 		}})
 	}
+	if g.cfg.Pinning.Mode == "enforce" && opts.Pins != nil {
+		go g.watchPins()
+	}
 	return g, nil
 }
 
@@ -366,8 +374,10 @@ func (g *Gateway) refreshTools(u *upstream, cs *mcp.ClientSession) {
 		}
 		tools = append(tools, t)
 	}
+	ps := g.applyPinning(ctx, u, tools)
 	u.mu.Lock()
 	u.tools = tools
+	u.pins = ps
 	u.initRes = cs.InitializeResult()
 	u.mu.Unlock()
 	g.mu.Lock()
@@ -453,6 +463,7 @@ func (g *Gateway) Reload(cfg *config.Config) (restart []string, err error) {
 		{"credentials", g.cfg.Credentials, cfg.Credentials}, {"hooks", g.cfg.Hooks, cfg.Hooks},
 		{"approvals", g.cfg.Approvals, cfg.Approvals}, {"audit", g.cfg.Audit, cfg.Audit}, {"ratelimit", g.cfg.RateLimit, cfg.RateLimit},
 		{"openwop", g.cfg.OpenWOP, cfg.OpenWOP}, {"http_tools", g.cfg.HTTPTools, cfg.HTTPTools}, {"openapi", g.cfg.OpenAPI, cfg.OpenAPI},
+		{"pinning", g.cfg.Pinning, cfg.Pinning},
 	} {
 		if !reflect.DeepEqual(c.old, c.new) {
 			restart = append(restart, c.name)
@@ -477,6 +488,7 @@ func (g *Gateway) rebuildLocked() error {
 		remote: map[string]string{}, descs: map[string]catalog.ToolDescriptor{}, classes: classes, http: map[string]bool{}}
 	var tools []catalog.Tool
 	inv := map[string]pipeline.Invoker{}
+	held := map[string]bool{}
 	// Bare surface names claimed by tools of different servers (or a
 	// server and a native) are served by none of them (issue 13.11): each
 	// MCP tool is served under its prefixed name instead, and the bare
@@ -576,7 +588,8 @@ func (g *Gateway) rebuildLocked() error {
 		d := n.Descriptor
 		catalog.Classify(&d, classes)
 		name := strings.TrimPrefix(d.ToolID, "native:")
-		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name},
+		dig, _ := catalog.DefinitionDigest(catalog.DescriptorDefinition(&d))
+		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportNative, Name: name, Digest: dig},
 			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
 	}
 	for _, n := range g.opts.HTTPTools {
@@ -587,13 +600,14 @@ func (g *Gateway) rebuildLocked() error {
 			continue
 		}
 		sf.http[d.ToolID] = true
-		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportHTTP, Name: name},
+		dig, _ := catalog.DefinitionDigest(catalog.DescriptorDefinition(&d))
+		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportHTTP, Name: name, Digest: dig},
 			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
 	}
 	for _, sname := range g.order {
 		u := g.ups[sname]
 		u.mu.Lock()
-		ts := u.tools
+		ts, ps := u.tools, u.pins
 		u.mu.Unlock()
 		for _, mt := range ts {
 			if err := catalog.ValidServerName(sname); err != nil || mt == nil || mt.Name == "" {
@@ -618,7 +632,10 @@ func (g *Gateway) rebuildLocked() error {
 			if prefix {
 				name = sname + sep + mt.Name
 			}
-			add(catalog.Tool{Descriptor: d, Transport: catalog.TransportMCP, Server: sname, Name: mt.Name}, name, mt,
+			if ps.held[mt.Name] {
+				held[d.ToolID] = true
+			}
+			add(catalog.Tool{Descriptor: d, Transport: catalog.TransportMCP, Server: sname, Name: mt.Name, Digest: ps.digests[mt.Name]}, name, mt,
 				g.mcpInvoker(u, mt.Name, g.toolTimeout(u, d.ToolID)))
 		}
 	}
@@ -627,7 +644,7 @@ func (g *Gateway) rebuildLocked() error {
 	if err != nil {
 		return err
 	}
-	g.pipe.Swap(&pipeline.State{Catalog: snap, Policy: g.policy, Invokers: inv})
+	g.pipe.Swap(&pipeline.State{Catalog: snap, Policy: g.policy, Invokers: inv, Held: held})
 	g.surface.Store(sf)
 	return nil
 }
@@ -651,6 +668,7 @@ func (g *Gateway) Close() {
 	if !g.closed.CompareAndSwap(false, true) {
 		return
 	}
+	close(g.done)
 	g.sessions.Range(func(_, v any) bool {
 		v.(*dsession).close("completed")
 		return true

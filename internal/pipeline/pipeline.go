@@ -135,6 +135,10 @@ type State struct {
 	Catalog  *catalog.Snapshot
 	Policy   *policy.Program    // nil denies every call (fail closed)
 	Invokers map[string]Invoker // by canonical toolId
+	// Held are the toolIds pinning holds (pinning.mode enforce: a new or
+	// changed definition not yet approved): never disclosed, and a call
+	// to one is refused with tool_changed. nil: none.
+	Held map[string]bool
 
 	facts   map[string]policy.Tool // per toolId, built once by Prepare
 	schemas map[string]argSchema   // compiled inputSchemas by toolId, once per catalog snapshot
@@ -395,6 +399,9 @@ func (p *Pipeline) Disclose(ctx context.Context, principal policy.Principal) []*
 	var out []*catalog.Tool
 	now := p.opts.Now()
 	for _, t := range st.Catalog.Tools() {
+		if st.Held[t.Descriptor.ToolID] {
+			continue
+		}
 		in := policy.Input{Principal: principal, Tool: st.facts[t.Descriptor.ToolID], Now: now}
 		if st.Policy != nil && st.Policy.Disclose(ctx, &in) {
 			out = append(out, t)
@@ -414,7 +421,7 @@ func (p *Pipeline) VisibleFunc(ctx context.Context, principal policy.Principal) 
 	now := p.opts.Now()
 	return func(toolID string) bool {
 		facts, ok := st.facts[toolID]
-		if !ok || st.Policy == nil {
+		if !ok || st.Policy == nil || st.Held[toolID] {
 			return false
 		}
 		in := policy.Input{Principal: principal, Tool: facts, Now: now}
@@ -426,7 +433,7 @@ func (p *Pipeline) VisibleFunc(ctx context.Context, principal policy.Principal) 
 func (p *Pipeline) Visible(ctx context.Context, principal policy.Principal, toolID string) bool {
 	st := p.state.Load()
 	facts, ok := st.facts[toolID]
-	if !ok || st.Policy == nil {
+	if !ok || st.Policy == nil || st.Held[toolID] {
 		return false
 	}
 	in := policy.Input{Principal: principal, Tool: facts, Now: p.opts.Now()}
@@ -766,6 +773,13 @@ func (p *Pipeline) call(ctx context.Context, call Call) (_ *Result, retErr error
 	}
 	// decide
 	res.Decision = p.decide(ctx, cs)
+	// A held definition (pinning enforce) is refused (unless denied: then as denied) before
+	// its (new) schema is applied or anything else runs.
+	if st.Held[res.ToolID] && cs.target == nil && res.Decision.Effect != policy.EffectDeny {
+		return p.refuse(rec, cs, audit.StatusForbidden, errcode.Errorf(errcode.ToolChanged,
+			"tool %s is held: its definition is new or changed since it was approved (an operator must approve it: toolgate tools approve)", res.ToolID).
+			WithDetails(map[string]any{"toolId": res.ToolID, "digest": tool.Digest}))
+	}
 	// Asking to record or to replay needs audit.record_scope (refused
 	// after the decision, so the refusal's record carries it).
 	if c.Record || c.ReplayOf != "" {
@@ -1431,6 +1445,9 @@ func (p *Pipeline) newReceipt(cs *callState) *receipt.Receipt {
 		Decision:          receipt.Decision{Effect: string(res.Decision.Effect), RuleID: res.Decision.RuleID, PolicyVersion: res.Decision.PolicyVersion},
 		RequestedArgsHash: res.RequestedArgsHash, ExecutedArgsHash: res.ExecutedArgsHash, MutationSource: res.MutationSource,
 		Status: string(res.Status), StartedAt: cs.started, ApprovalID: res.ApprovalID,
+	}
+	if cs.tool != nil {
+		r.ToolDigest = cs.tool.Digest
 	}
 	if res.Err != nil {
 		r.Error = &receipt.ErrorRef{Code: string(res.Err.Code)}

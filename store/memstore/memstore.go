@@ -63,6 +63,7 @@ type Store struct {
 	sessions  map[string]*store.Session
 	recorded  map[recKey][]byte // tenant, callId → the recorded call's JSON
 	recRuns   map[runKey][]recKey
+	pins      map[string]store.Pin
 }
 
 // recKey identifies a recorded call: call ids are tenant-scoped.
@@ -90,6 +91,7 @@ func New(opts Options) (*Store, error) {
 		sessions:  map[string]*store.Session{},
 		recorded:  map[recKey][]byte{},
 		recRuns:   map[runKey][]recKey{},
+		pins:      map[string]store.Pin{},
 	}
 	s.feed = store.NewFeed(s.readAfter, 0, store.FeedOptions{Buffer: opts.FollowBuffer})
 	return s, nil

@@ -90,6 +90,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Sessions", testSessions},
 		{"RecordedCalls", testRecordedCalls},
 		{"RecordedCallsPrune", testRecordedCallsPrune},
+		{"Pins", testPins},
 		{"Adapters", testAdapters},
 		{"Close", testClose},
 	}
