@@ -28,6 +28,14 @@ type ServerOptions struct {
 	// in the catalog (so that two servers embedded in one Gateway do not
 	// collide); empty: native:<tool>.
 	Namespace string
+	// Ungated lists the content methods (see ungatedMethods) the server
+	// may serve without the gate, e.g. "resources/read". The middleware
+	// gates tools only, so by default every other method that hands the
+	// server's content to a client (resources/*, prompts/*,
+	// completion/complete) is refused with JSON-RPC -32601 and its
+	// capability is removed from the initialize result (fail closed:
+	// DESIGN.md "every door goes through the gate").
+	Ungated []string
 }
 
 // ClientOptions configures ClientMiddleware.
@@ -43,6 +51,81 @@ type ClientOptions struct {
 	// gate generates a run id per call and uses core.system); a call's own
 	// _meta toolgate/runId, toolgate/agentId and toolgate/parentCallId win.
 	RunID, AgentID string
+	// Ungated lists the content methods (see ungatedMethods) the client
+	// may send without the gate, e.g. "prompts/get"; by default they are
+	// refused before they are sent (JSON-RPC -32601) and the server's
+	// capabilities for them are removed from the initialize result the
+	// client sees, as for ServerOptions.Ungated.
+	Ungated []string
+}
+
+// contentMethods are the MCP methods beside tools/* that move a server's
+// content to a client: the middlewares gate tools only, so these are
+// refused unless listed in ServerOptions.Ungated / ClientOptions.Ungated.
+var contentMethods = map[string]string{
+	"resources/list": "resources", "resources/templates/list": "resources", "resources/read": "resources",
+	"resources/subscribe": "resources", "resources/unsubscribe": "resources",
+	"prompts/list": "prompts", "prompts/get": "prompts",
+	"completion/complete": "completions",
+}
+
+// contentGate is the refusal of the content methods not in ungated, and the
+// capabilities to strip from an initialize result.
+type contentGate struct {
+	ungated map[string]bool
+}
+
+func newContentGate(ungated []string) contentGate {
+	g := contentGate{ungated: map[string]bool{}}
+	for _, m := range ungated {
+		g.ungated[m] = true
+	}
+	return g
+}
+
+// refuse returns the JSON-RPC error for method when it is a content method
+// not passed through, nil otherwise.
+func (g contentGate) refuse(method string) error {
+	if _, ok := contentMethods[method]; !ok || g.ungated[method] {
+		return nil
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + " is not served through the gate (toolgate middleware gates tools only; list it in Ungated to pass it through)"}
+}
+
+// strip removes from an initialize (or server/discover) result the
+// capabilities whose methods are all refused.
+func (g contentGate) strip(res mcp.Result) {
+	var capsp **mcp.ServerCapabilities
+	switch r := res.(type) {
+	case *mcp.InitializeResult:
+		if r != nil {
+			capsp = &r.Capabilities
+		}
+	case *mcp.DiscoverResult: // server/discover (protocol 2026-07-28)
+		if r != nil {
+			capsp = &r.Capabilities
+		}
+	}
+	if capsp == nil || *capsp == nil {
+		return
+	}
+	open := map[string]bool{}
+	for m, c := range contentMethods {
+		if g.ungated[m] {
+			open[c] = true
+		}
+	}
+	caps := **capsp
+	if !open["resources"] {
+		caps.Resources = nil
+	}
+	if !open["prompts"] {
+		caps.Prompts = nil
+	}
+	if !open["completions"] {
+		caps.Completions = nil
+	}
+	*capsp = &caps
 }
 
 // PrincipalFromToken is the default ServerOptions.Principal: the request's
@@ -106,10 +189,12 @@ func PrincipalFromToken(_ context.Context, req mcp.Request) (Principal, error) {
 // with _meta toolgate/runId, toolgate/callId and toolgate/receiptId; the
 // server's own JSON-RPC error goes back unchanged (recorded as
 // tool_execution_failed). A request the Principal function refuses is the
-// JSON-RPC error -32600 "unauthenticated: …". Other methods (initialize,
-// ping, resources, prompts, …) pass through unchanged: gate resources and
-// prompts by serving them through the gateway instead. Safe for concurrent
-// use by every session of the server.
+// JSON-RPC error -32600 "unauthenticated: …". The content methods beside
+// tools (resources/*, prompts/*, completion/complete) are refused with
+// -32601 and left out of the initialize result's capabilities unless
+// Options.Ungated lists them (gate resources and prompts by serving them
+// through the gateway instead); initialize, ping and notifications pass
+// through. Safe for concurrent use by every session of the server.
 func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 	principal := opts.Principal
 	if principal == nil {
@@ -141,10 +226,18 @@ func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 			}
 			return r, nil
 		}
+		gate := newContentGate(opts.Ungated)
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
 			case "tools/list", "tools/call":
+			case "initialize", "server/discover":
+				res, err := next(ctx, method, req)
+				gate.strip(res)
+				return res, err
 			default:
+				if err := gate.refuse(method); err != nil {
+					return nil, err
+				}
 				return next(ctx, method, req)
 			}
 			p, err := principal(ctx, req)
@@ -186,8 +279,10 @@ func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 // allowed call is sent with the arguments the hooks leave and its result
 // comes back with _meta toolgate/runId, toolgate/callId and
 // toolgate/receiptId. A misconfigured middleware (no Server, no principal
-// id) refuses every tools/list and tools/call with -32600. Other methods
-// pass through. Safe for concurrent use.
+// id) refuses every tools/list and tools/call with -32600. The content
+// methods (resources/*, prompts/*, completion/complete) are refused before
+// they are sent unless Options.Ungated lists them; other methods pass
+// through. Safe for concurrent use.
 func ClientMiddleware(gw *Gateway, opts ClientOptions) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		m := &mwState{gw: gw, server: opts.Server}
@@ -222,10 +317,18 @@ func ClientMiddleware(gw *Gateway, opts ClientOptions) mcp.Middleware {
 		case opts.Principal.ID == "":
 			bad = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "unauthenticated: toolgate.ClientMiddleware has no principal"}
 		}
+		gate := newContentGate(opts.Ungated)
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
 			case "tools/list", "tools/call":
+			case "initialize", "server/discover":
+				res, err := next(ctx, method, req)
+				gate.strip(res)
+				return res, err
 			default:
+				if err := gate.refuse(method); err != nil {
+					return nil, err
+				}
 				return next(ctx, method, req)
 			}
 			if bad != nil {
