@@ -209,7 +209,11 @@ func (h *Handler) routes() {
 	m.Handle("GET /v1/runs/{runId}/events", h.authed(h.runEvents))
 	m.Handle("GET /v1/events/stream", h.authed(h.stream))
 	m.Handle("POST /v1/policy/explain", h.authed(h.explain))
-	m.Handle("GET /v1/admin/tools/{toolId}/principals", h.authed(h.whoCan))
+	// GET /v1/admin/tools/{toolId}/principals (who-can) and GET
+	// /v1/admin/tools/pending/{toolId} (pinning) overlap as ServeMux
+	// patterns; one route serves both ("pending" is never a toolId: every
+	// toolId has a transport prefix).
+	m.Handle("GET /v1/admin/tools/{first}/{second}", h.authed(h.adminToolGet))
 	if h.opts.Approvals != nil {
 		m.Handle("GET /v1/approvals", h.authed(h.listApprovals))
 		m.Handle("POST /v1/approvals/{id}/approve", h.authed(h.resolveApproval(true)))
@@ -224,7 +228,6 @@ func (h *Handler) routes() {
 	}
 	if h.opts.PinAdmin != nil && h.opts.PinAdmin.Pins != nil && h.opts.PinAdmin.Approve != nil {
 		m.Handle("GET /v1/admin/tools/pending", h.authed(h.listPending))
-		m.Handle("GET /v1/admin/tools/pending/{toolId}", h.authed(h.getPending))
 		m.Handle("POST /v1/admin/tools/pending/{toolId}/approve", h.authed(h.approvePending))
 	}
 	if h.opts.TestSeams {
@@ -308,6 +311,22 @@ type authedFunc func(w http.ResponseWriter, r *http.Request, p identity.Principa
 
 // authed authenticates the request (401 through writeError on failure),
 // then runs fn and maps its error.
+// adminToolGet serves GET /v1/admin/tools/pending/{toolId} (the pinning
+// endpoints, when configured) and GET /v1/admin/tools/{toolId}/principals;
+// any other path under /v1/admin/tools/ is not_found.
+func (h *Handler) adminToolGet(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
+	first, second := r.PathValue("first"), r.PathValue("second")
+	switch {
+	case first == "pending" && h.opts.PinAdmin != nil && h.opts.PinAdmin.Pins != nil && h.opts.PinAdmin.Approve != nil:
+		r.SetPathValue("toolId", second)
+		return h.getPending(w, r, p)
+	case second == "principals":
+		r.SetPathValue("toolId", first)
+		return h.whoCan(w, r, p)
+	}
+	return errcode.New(errcode.NotFound, "no such route")
+}
+
 func (h *Handler) authed(fn authedFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.auth.Authenticate(r)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
-	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/identity"
 	"github.com/toolgate/toolgate/store"
 )
 
@@ -62,7 +62,7 @@ func NewPinView(p store.Pin, mode string, diff bool) PinView {
 	return v
 }
 
-func (h *Handler) pinAdmin(p policy.Principal) error {
+func (h *Handler) pinAdmin(p identity.Principal) error {
 	if !hasScope(p, AdminScope) {
 		return errcode.Errorf(errcode.Forbidden, "the tool pinning endpoints need the %s scope", AdminScope)
 	}
@@ -71,7 +71,7 @@ func (h *Handler) pinAdmin(p policy.Principal) error {
 
 // listPending serves GET /v1/admin/tools/pending[?all=true]: the pins
 // with a pending change (all=true: every pin), sorted by toolId.
-func (h *Handler) listPending(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) listPending(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.pinAdmin(p); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (h *Handler) listPending(w http.ResponseWriter, r *http.Request, p policy.P
 
 // getPending serves GET /v1/admin/tools/pending/{toolId}: the pending
 // change with its diff. 404 when the tool has no pending change.
-func (h *Handler) getPending(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) getPending(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.pinAdmin(p); err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (h *Handler) getPending(w http.ResponseWriter, r *http.Request, p policy.Pr
 // approvePending serves POST /v1/admin/tools/pending/{toolId}/approve,
 // body absent or {"digest": "sha256:…"} (the pending digest the operator
 // reviewed; a different pending one is 409 conflict).
-func (h *Handler) approvePending(w http.ResponseWriter, r *http.Request, p policy.Principal) error {
+func (h *Handler) approvePending(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.pinAdmin(p); err != nil {
 		return err
 	}
