@@ -58,11 +58,13 @@ type HTTPTool struct {
 // it uses. A plain value.
 type Egress struct {
 	// AllowHosts lists the host names (exact, or "*.example.com" for any
-	// subdomain) the requests may reach; empty: the host of the tool's
-	// URL (or the import's server).
+	// subdomain) the requests may reach, redirect hops included; empty:
+	// any host (the dialed address is checked whatever the host).
 	AllowHosts []string `yaml:"allow_hosts"`
 	// AllowCIDRs lists networks (10.0.0.0/8, fd00::/8) that may be dialed
-	// although they are private, loopback or link-local.
+	// although they are private, loopback or link-local. HTTP tools are
+	// always behind the SSRF guard: an API on 127.0.0.1 or a private
+	// network needs its CIDR here.
 	AllowCIDRs []string `yaml:"allow_cidrs"`
 	// MaxRedirects bounds the redirects followed (default 3; 0 follows
 	// none).

@@ -27,7 +27,8 @@ import (
 // Safe for concurrent use; the returned tools are the caller's.
 func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error) {
 	if opts.Client == nil {
-		opts.Client = DefaultClient
+		eg := opts.Egress
+		opts.Client = func(_ string, e config.Egress) *http.Client { return GuardedClient(e, eg...) }
 	}
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = 30 * time.Second
@@ -87,10 +88,11 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 
 // descriptor is the descriptor of an HTTP tool before classification:
 // source connector; GET and HEAD read and idempotent, every other method
-// write; auth.credentialRef when a request carries a credential.
+// write; auth.credentialRef when a request carries a credential; egress
+// safe-fetch (every HTTP tool is behind the SSRF guard).
 func descriptor(name, method, title, desc string, schema json.RawMessage, creds bool) catalog.ToolDescriptor {
 	d := catalog.ToolDescriptor{ToolID: catalog.HTTPToolID(name), Source: catalog.SourceConnector, Title: title,
-		Description: desc, InputSchema: schema, SafetyTier: catalog.TierWrite}
+		Description: desc, InputSchema: schema, SafetyTier: catalog.TierWrite, Egress: catalog.EgressSafeFetch}
 	if method == http.MethodGet || method == http.MethodHead {
 		d.SafetyTier, d.ReplayPolicy = catalog.TierRead, catalog.ReplayIdempotent
 	}

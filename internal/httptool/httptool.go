@@ -50,7 +50,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -63,6 +62,7 @@ import (
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/errcode"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/pipeline"
 )
 
@@ -83,14 +83,19 @@ type Tool struct {
 }
 
 // ClientFunc returns the *http.Client that carries the requests of one
-// tool, given its egress block (the merge point of the SSRF guard, issue
-// 17 point 2). It is called once per tool by Build.
+// tool (or the fetch of one `openapi: {url}` document), given its egress
+// block (the merge point of the SSRF guard, issue 17 point 2). It is
+// called once per tool, and once per fetched document, by Build.
 type ClientFunc func(name string, e config.Egress) *http.Client
 
 // Options configures Build. The zero value is usable.
 type Options struct {
-	// Client is the HTTP client of each tool; nil: DefaultClient.
+	// Client is the HTTP client of each tool; nil: GuardedClient with
+	// Egress as its guard options.
 	Client ClientFunc
+	// Egress are options of the SSRF guard of every tool when Client is
+	// nil (tests: egress.WithResolver).
+	Egress []egress.Option
 	// Secret registers a resolved credential value for redaction (id,
 	// value), before the request carrying it is sent; nil: none.
 	Secret func(id, value string)
@@ -102,30 +107,46 @@ type Options struct {
 	SkipURLs bool
 }
 
-// DefaultClient is the client of an HTTP tool when Options.Client is nil:
-// no proxy (the environment's HTTP_PROXY and the like are ignored; e.Proxy
-// when set), at most e.Redirects() redirects (each one dropping the
-// headers that carried credentials when it leaves the original host), and
-// no client-wide timeout (each call has the tool's own). It does not check
-// dialed addresses: that is the egress guard's work (issue 17 point 2).
-func DefaultClient(_ string, e config.Egress) *http.Client {
-	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+// GuardedClient is the client of an HTTP tool: HTTP tools are always
+// behind the SSRF guard (internal/egress, OpenWOP RFC 0076 safe-fetch),
+// whether or not their entry has an egress block, since an agent drives
+// their arguments. Every connection's dialed address is checked at dial
+// time, for the first request and each redirect hop: loopback,
+// link-local, private, CGNAT, unspecified, multicast and the IPv6 forms
+// embedding them are refused unless e.AllowCIDRs holds the address; each
+// request's host must match e.AllowHosts (empty: any host). It follows at
+// most e.Redirects() redirects (past that: tool_execution_failed), each
+// one dropping the headers that carried credentials when it leaves the
+// original host; it uses e.Proxy when set and never a proxy from the
+// environment; it has no client-wide timeout (each call has the tool's
+// own). A refused request fails with an *egress.DeniedError in its chain
+// (the invoker answers egress_denied {rule, host}). An e that does not
+// convert (never after config validation) gives a client whose every
+// request fails with invalid_config. Safe for concurrent use.
+func GuardedClient(e config.Egress, opts ...egress.Option) *http.Client {
+	pol, err := e.Policy()
+	if err != nil {
+		return &http.Client{Transport: failTransport{err}}
 	}
-	if e.Proxy != "" {
-		if u, err := url.Parse(e.Proxy); err == nil {
-			tr.Proxy = http.ProxyURL(u)
+	tr := egress.NewTransport(pol, opts...)
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 64, 16
+	limit, hosts := LimitRedirects(e.Redirects()), egress.CheckRedirect(pol)
+	return &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if err := limit(req, via); err != nil {
+			return err
 		}
-	}
-	return &http.Client{Transport: tr, CheckRedirect: LimitRedirects(e.Redirects())}
+		return hosts(req, via)
+	}}
 }
+
+// DefaultClient is GuardedClient with default guard options (a
+// ClientFunc).
+func DefaultClient(_ string, e config.Egress) *http.Client { return GuardedClient(e) }
+
+// failTransport fails every request with err.
+type failTransport struct{ err error }
+
+func (f failTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
 
 // errTooManyRedirects is what LimitRedirects returns past the limit.
 type errTooManyRedirects int
@@ -311,8 +332,12 @@ func (in *invoker) sendError(ctx context.Context, err error) error {
 	if errors.As(err, &tm) {
 		return errcode.Errorf(errcode.ToolExecutionFailed, "%s: %v", in.s.id, tm).WithDetails(map[string]any{"maxRedirects": int(tm)})
 	}
-	// A refusal of the egress guard (or any error that carries its own
-	// code) keeps its code.
+	// A refusal of the egress guard names its rule and host (never the
+	// refused address).
+	if d := egress.Error(err); d != nil {
+		return errcode.Errorf(errcode.EgressDenied, "%s: %s", in.s.id, d.Message).WithDetails(d.Details)
+	}
+	// Any other error that carries its own code keeps it.
 	if e := errcode.As(err); e != nil {
 		return e
 	}

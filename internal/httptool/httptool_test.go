@@ -49,7 +49,7 @@ func TestRedirectsDropCredentialHeaders(t *testing.T) {
 	defer origin.Close()
 	doc := `credentials: {k: {env: TG_HT_KEY}}
 http_tools:
-  - {name: r, url: "` + origin.URL + `/go", headers: {X-Api-Key: "{{credential:k}}", X-Plain: "p"}%s}
+  - {name: r, url: "` + origin.URL + `/go", headers: {X-Api-Key: "{{credential:k}}", X-Plain: "p"}, egress: {allow_cidrs: [127.0.0.0/8]%s}}
 `
 	tool := buildOne(t, strings.Replace(doc, "%s", "", 1))
 	out, err := tool.Invoker.Invoke(context.Background(), nil, json.RawMessage(`{}`))
@@ -61,7 +61,7 @@ http_tools:
 		t.Errorf("the redirect target got X-Api-Key|X-Plain %q, want only the plain header", gotKey)
 	}
 	mu.Unlock()
-	tool = buildOne(t, strings.Replace(doc, "%s", ", egress: {max_redirects: 0}", 1))
+	tool = buildOne(t, strings.Replace(doc, "%s", ", max_redirects: 0", 1))
 	_, err = tool.Invoker.Invoke(context.Background(), nil, json.RawMessage(`{}`))
 	if errcode.CodeOf(err) != errcode.ToolExecutionFailed || !strings.Contains(err.Error(), "more than 0 redirects") {
 		t.Errorf("max_redirects 0: %v", err)
@@ -83,7 +83,7 @@ func TestNoEnvironmentProxy(t *testing.T) {
 	defer api.Close()
 	t.Setenv("HTTP_PROXY", proxy.URL)
 	t.Setenv("NO_PROXY", "")
-	tool := buildOne(t, "http_tools:\n  - {name: d, url: \""+api.URL+"/\"}\n")
+	tool := buildOne(t, "http_tools:\n  - {name: d, url: \""+api.URL+"/\", egress: {allow_cidrs: [127.0.0.0/8]}}\n")
 	out, err := tool.Invoker.Invoke(context.Background(), nil, json.RawMessage(`{}`))
 	if err != nil || !strings.Contains(string(out), "direct") || proxied {
 		t.Errorf("out %s err %v proxied %v", out, err, proxied)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/catalog"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/glob"
 )
 
@@ -45,7 +46,7 @@ func importOpenAPI(ctx context.Context, oa config.OpenAPI, opts Options, resolve
 		data, err = readDocument(oa.File)
 	} else {
 		src = oa.URL
-		data, err = fetchDocument(ctx, oa.URL, opts)
+		data, err = fetchDocument(ctx, oa.URL, opts.Client(oa.NamePrefix, oa.Egress), opts)
 	}
 	if err != nil {
 		return nil, err
@@ -70,17 +71,22 @@ func readDocument(path string) ([]byte, error) {
 	return data, nil
 }
 
-// fetchDocument GETs an OpenAPI document within opts.FetchTimeout, with no
-// proxy from the environment and at most 3 redirects.
-func fetchDocument(ctx context.Context, rawURL string, opts Options) ([]byte, error) {
+// fetchDocument GETs an OpenAPI document within opts.FetchTimeout with
+// client: the entry's own guarded client (the egress block of the entry
+// applies to the fetch too: a document on loopback or a private network
+// needs egress.allow_cidrs; a refusal names the rule).
+func fetchDocument(ctx context.Context, rawURL string, client *http.Client, opts Options) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("OpenAPI document %s: %v", rawURL, err)
 	}
-	resp, err := DefaultClient("", config.Egress{}).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
+		if d := egress.Error(err); d != nil {
+			return nil, fmt.Errorf("OpenAPI document %s: refused by the egress guard: %s (allow it with egress.allow_cidrs or allow_hosts)", rawURL, d.Message)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("OpenAPI document %s: not fetched within %s", rawURL, opts.FetchTimeout)
 		}
