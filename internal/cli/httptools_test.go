@@ -131,16 +131,18 @@ http_tools:
     url: "%[5]s/v1/weather/{city}?key={{credential:wx-key}}"
     query: {units: "{{args.units}}"}
     headers: {X-Api-Key: "{{credential:wx-key}}"}
-  - {name: items, url: "%[5]s/items"}
-  - {name: big, url: "%[5]s/big", max_response_bytes: 512}
-  - {name: broken, url: "%[5]s/fail", headers: {X-Api-Key: "{{credential:wx-key}}"}}
-  - {name: slow, url: "%[5]s/slow", timeout: 300ms}
+    egress: {allow_cidrs: [127.0.0.0/8]}
+  - {name: items, url: "%[5]s/items", egress: {allow_cidrs: [127.0.0.0/8]}}
+  - {name: big, url: "%[5]s/big", max_response_bytes: 512, egress: {allow_cidrs: [127.0.0.0/8]}}
+  - {name: broken, url: "%[5]s/fail", headers: {X-Api-Key: "{{credential:wx-key}}"}, egress: {allow_cidrs: [127.0.0.0/8]}}
+  - {name: slow, url: "%[5]s/slow", timeout: 300ms, egress: {allow_cidrs: [127.0.0.0/8]}}
 openapi:
   - file: %[6]s
     server: "%[5]s/api"
     operations: ["*Pet*"]
     name_prefix: pets_
     headers: {X-Api-Key: "{{credential:wx-key}}"}
+    egress: {allow_cidrs: [127.0.0.0/8]}
 tools:
   - {match: "http:pets_deletePet", approval: always}
 policy:
@@ -319,7 +321,7 @@ policy:
 	found, classified := false, false
 	for _, d := range descs {
 		if d["toolId"] == "http:weather" {
-			found = d["source"] == "connector" && d["safetyTier"] == "read" && asJSON(d["auth"]) == `{"credentialRef":true}`
+			found = d["source"] == "connector" && d["safetyTier"] == "read" && asJSON(d["auth"]) == `{"credentialRef":true}` && d["egress"] == "safe-fetch"
 		}
 		if d["toolId"] == "http:pets_deletePet" { // the tools: block applies to http:* ids
 			classified = d["approval"] == "always" && d["safetyTier"] == "write"

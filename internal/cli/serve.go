@@ -297,7 +297,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	// HTTP tools (http_tools, openapi imports; an openapi url is
 	// fetched now): a document that cannot be read or does not validate
 	// stops the start, naming it.
-	httpTools, err := httptool.Build(ctx, cfg, httptool.Options{Secret: redactor.AddSecret})
+	httpTools, err := httptool.Build(ctx, cfg, httptool.Options{Secret: redactor.AddSecret, Egress: serveEgressOptions})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -314,7 +314,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	authn := &swapAuth{refusals: refusals, onAuth: ed.authenticated}
 	authn.cur.Store(firstAuth)
 	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Pipeline: pipe, Policy: cfg.Policy, Natives: natives, HTTPTools: https,
-		Sessions: st, Events: store.EventLog(st), Pins: st, Secret: redactor.AddSecret, Logger: logger})
+		Sessions: st, Events: store.EventLog(st), Pins: st, Secret: redactor.AddSecret, Logger: logger, Egress: serveEgressOptions})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -479,6 +479,12 @@ func resolveCredentials(cfg *config.Config, v string, redactor *audit.Redactor) 
 	})
 }
 
+// serveEgressOptions are the SSRF guard options of everything serve puts
+// behind it (HTTP tools, servers[].egress, hooks[].egress): none in
+// production; tests set a resolver (egress.WithResolver) before serving,
+// never concurrently with a serve.
+var serveEgressOptions []egress.Option
+
 // buildHooks makes the config's webhook hooks, their signing secrets
 // resolved from credentials (and registered for redaction).
 func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) ([]hook.Registration, []*webhook.Hook, error) {
@@ -499,7 +505,7 @@ func buildHooks(cfg *config.Config, redactor *audit.Redactor, log *slog.Logger) 
 			if err != nil {
 				return nil, hs, fmt.Errorf("hook %s: %v", hc.Name, err)
 			}
-			client = egress.NewClient(pol)
+			client = egress.NewClient(pol, serveEgressOptions...)
 		}
 		h, err := webhook.New(webhook.Options{Name: hc.Name, URL: hc.URL, Secret: []byte(secret), Mode: hook.Mode(hc.Mode),
 			Full: hc.Content == "full", Redact: redactor.RedactJSON, Logger: log, Client: client})
