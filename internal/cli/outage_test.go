@@ -134,6 +134,14 @@ func viaProxy(t *testing.T, rawURL, addr string) string {
 // answers 200, and its log so far.
 func startServeInProcess(t *testing.T, cfgFile string) (string, func() string) {
 	t.Helper()
+	base, logs := startServeUnready(t, cfgFile)
+	waitUntil(t, 60*time.Second, "serve ready", func() bool { code, _ := readyz(base); return code == http.StatusOK })
+	return base, logs
+}
+
+// startServeUnready is startServeInProcess without waiting for /readyz.
+func startServeUnready(t *testing.T, cfgFile string) (string, func() string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	errb := &lockedBuffer{}
@@ -163,9 +171,7 @@ func startServeInProcess(t *testing.T, cfgFile string) (string, func() string) {
 	if mcpURL == "" {
 		t.Fatalf("serve printed no URL; stderr: %s", errb.String())
 	}
-	base := strings.TrimSuffix(mcpURL, "/mcp")
-	waitUntil(t, 60*time.Second, "serve ready", func() bool { code, _ := readyz(base); return code == http.StatusOK })
-	return base, errb.String
+	return strings.TrimSuffix(mcpURL, "/mcp"), errb.String
 }
 
 // waitUntil polls cond (every 20 ms) until it holds, failing t after

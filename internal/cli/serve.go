@@ -390,6 +390,16 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		case !gw.Ready():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "upstream servers are still connecting\n")
+			// One line per server not ready, with its reason: one
+			// refused by its egress guard will not become ready by
+			// waiting.
+			for _, nr := range gw.NotReady() {
+				if nr.Reason == string(errcode.EgressDenied) {
+					fmt.Fprintf(w, "server %s not ready: %s (rule %s, host %s)\n", nr.Server, nr.Reason, nr.Rule, nr.Host)
+				} else {
+					fmt.Fprintf(w, "server %s not ready: %s\n", nr.Server, nr.Reason)
+				}
+			}
 		case len(down) > 0:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		default:

@@ -405,6 +405,40 @@ func (g *Gateway) Ready() bool {
 	return true
 }
 
+// UpstreamNotReady is one upstream server that is not ready (not yet
+// connected and listed once): its servers[].name, the reason (an errcode
+// code: "egress_denied" when the SSRF guard of servers[].egress refused
+// the last connection attempt, else "connecting") and, for egress_denied,
+// the guard's rule and the refused request's host (never the address).
+type UpstreamNotReady struct {
+	Server string
+	Reason string
+	Rule   string
+	Host   string
+}
+
+// NotReady returns the upstream servers that are not ready, in name
+// order; empty when Ready. Safe for concurrent use.
+func (g *Gateway) NotReady() []UpstreamNotReady {
+	var out []UpstreamNotReady
+	for _, name := range g.order {
+		u := g.ups[name]
+		select {
+		case <-u.listed:
+			continue
+		default:
+		}
+		nr := UpstreamNotReady{Server: name, Reason: "connecting"}
+		if u.shared != nil {
+			if d := u.shared.egressDenied(); d != nil {
+				nr.Reason, nr.Rule, nr.Host = string(errcode.EgressDenied), d.Rule, d.Host
+			}
+		}
+		out = append(out, nr)
+	}
+	return out
+}
+
 // WaitReady waits until Ready or ctx ends; it returns ctx's error then.
 func (g *Gateway) WaitReady(ctx context.Context) error {
 	for _, u := range g.ups {

@@ -191,10 +191,13 @@ type conn struct {
 	idleStops *atomic.Int64            // counts reapIdle's stops; may be nil
 	connects  atomic.Int64             // sessions established (the first, then each reconnect)
 
-	mu       sync.Mutex
-	cs       *mcp.ClientSession // nil while down or parked
-	cmd      *exec.Cmd
-	lastErr  error
+	mu      sync.Mutex
+	cs      *mcp.ClientSession // nil while down or parked
+	cmd     *exec.Cmd
+	lastErr error
+	// denied is the SSRF guard's refusal of the last connection attempt
+	// (servers[].egress), nil when it was not refused by the guard.
+	denied   *egress.DeniedError
 	upCh     chan struct{} // closed when connected; replaced when the session ends
 	closed   bool
 	parked   bool                // stopped for idleness: the next get starts it again
@@ -336,7 +339,7 @@ func (c *conn) run() {
 				cs.Close()
 				return
 			}
-			c.cs, c.cmd, c.lastErr, c.parked = cs, cmd, nil, false
+			c.cs, c.cmd, c.lastErr, c.parked, c.denied = cs, cmd, nil, false, nil
 			c.lastUse, c.inflight, c.subs = time.Now(), 0, map[string]struct{}{}
 			select {
 			case <-c.wake: // a get's request to start it, now served
@@ -389,11 +392,26 @@ func (c *conn) run() {
 				backoff = minBackoff
 			}
 		} else {
+			var d *egress.DeniedError
+			errors.As(err, &d)
 			c.mu.Lock()
 			c.lastErr = err
 			c.parked = false // down: retried with backoff, as after a crash
+			prev := c.denied
+			c.denied = d
 			c.mu.Unlock()
-			c.log.Warn("upstream connect failed; retrying", "err", err, "backoff", backoff)
+			switch {
+			case d != nil && (prev == nil || prev.Rule != d.Rule || prev.Host != d.Host):
+				// Refused by servers[].egress: it will be refused again
+				// until the configuration (or DNS) changes; said once
+				// per refusal, at ERROR, without the refused address.
+				c.log.Error("upstream refused by the egress guard; it stays not ready (allow it with servers[].egress.allow_cidrs or allow_hosts)",
+					"rule", d.Rule, "host", d.Host)
+			case d != nil:
+				c.log.Debug("upstream still refused by the egress guard", "rule", d.Rule, "host", d.Host, "backoff", backoff)
+			default:
+				c.log.Warn("upstream connect failed; retrying", "err", err, "backoff", backoff)
+			}
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -404,6 +422,14 @@ func (c *conn) run() {
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// egressDenied is the SSRF guard's refusal of c's last connection
+// attempt, or nil.
+func (c *conn) egressDenied() *egress.DeniedError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.denied
 }
 
 // session returns the live session, or upstream_unavailable while down
