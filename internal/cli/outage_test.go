@@ -134,13 +134,29 @@ func viaProxy(t *testing.T, rawURL, addr string) string {
 // answers 200, and its log so far.
 func startServeInProcess(t *testing.T, cfgFile string) (string, func() string) {
 	t.Helper()
-	base, logs := startServeUnready(t, cfgFile)
-	waitUntil(t, 60*time.Second, "serve ready", func() bool { code, _ := readyz(base); return code == http.StatusOK })
+	base, logs, _ := serveInProcess(t, cfgFile)
 	return base, logs
+}
+
+// serveInProcess is startServeInProcess that also returns stop, which ends
+// the server and waits for it to exit (idempotent; also run at cleanup).
+func serveInProcess(t *testing.T, cfgFile string) (string, func() string, func()) {
+	t.Helper()
+	base, logs, stop := serveUnready(t, cfgFile)
+	waitUntil(t, 60*time.Second, "serve ready", func() bool { code, _ := readyz(base); return code == http.StatusOK })
+	return base, logs, stop
 }
 
 // startServeUnready is startServeInProcess without waiting for /readyz.
 func startServeUnready(t *testing.T, cfgFile string) (string, func() string) {
+	t.Helper()
+	base, logs, _ := serveUnready(t, cfgFile)
+	return base, logs
+}
+
+// serveUnready is startServeUnready that also returns stop (see
+// serveInProcess).
+func serveUnready(t *testing.T, cfgFile string) (string, func() string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -151,14 +167,18 @@ func startServeUnready(t *testing.T, cfgFile string) (string, func() string) {
 		pw.Close()
 		exited <- code
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			t.Errorf("serve did not stop")
-		}
-	})
+	var stopOnce sync.Once
+	stop := func() {
+		stopOnce.Do(func() {
+			cancel()
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				t.Errorf("serve did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
 	var mcpURL string
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
@@ -171,7 +191,7 @@ func startServeUnready(t *testing.T, cfgFile string) (string, func() string) {
 	if mcpURL == "" {
 		t.Fatalf("serve printed no URL; stderr: %s", errb.String())
 	}
-	return strings.TrimSuffix(mcpURL, "/mcp"), errb.String
+	return strings.TrimSuffix(mcpURL, "/mcp"), errb.String, stop
 }
 
 // waitUntil polls cond (every 20 ms) until it holds, failing t after

@@ -303,7 +303,7 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	}
 	var https []mcpgw.Native
 	for _, t := range httpTools {
-		https = append(https, mcpgw.Native{Descriptor: t.Descriptor, Invoker: t.Invoker})
+		https = append(https, mcpgw.Native{Descriptor: t.Descriptor, Invoker: t.Invoker, Source: t.Source})
 	}
 	refusals := auth.NewRefusals(logger)
 	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{Refusals: refusals})

@@ -63,6 +63,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 			issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("http_tools[%d] (%s): %v", i, ht.Name, err)})
 			continue
 		}
+		t.Source = "http_tools:" + ht.Name
 		addTool(t, pos)
 	}
 	for i, oa := range cfg.OpenAPI {
@@ -75,7 +76,12 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 			issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("openapi[%d]: %v", i, err)})
 			continue
 		}
+		src := "openapi:" + oa.File
+		if oa.File == "" {
+			src = "openapi:" + oa.URL
+		}
 		for _, t := range ts {
+			t.Source = src
 			addTool(t, pos)
 		}
 	}

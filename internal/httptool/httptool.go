@@ -80,6 +80,11 @@ const MetaHTTP = "toolgate/http"
 type Tool struct {
 	Descriptor catalog.ToolDescriptor
 	Invoker    pipeline.Invoker
+	// Source names the config entry the tool comes from, the unit of
+	// tool-definition pinning (a "server" of store.Pin): "http_tools:<name>"
+	// for an `http_tools:` entry, "openapi:<file or url>" for an operation
+	// of an `openapi:` import.
+	Source string
 }
 
 // ClientFunc returns the *http.Client that carries the requests of one

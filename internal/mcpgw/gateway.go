@@ -96,6 +96,11 @@ var surfaceName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 type Native struct {
 	Descriptor catalog.ToolDescriptor // toolId native:<name>
 	Invoker    pipeline.Invoker
+	// Source is, for an HTTP tool (Options.HTTPTools), the pinning unit
+	// it belongs to (httptool.Tool.Source: its http_tools or openapi
+	// entry), pinned like a server's tools; "" pins it alone, as the
+	// source named by its toolId. Unused for natives.
+	Source string
 }
 
 // Options configures New.
@@ -106,7 +111,8 @@ type Options struct {
 	Natives  []Native
 	// HTTPTools are HTTP tools (toolId http:<name>, internal/httptool),
 	// served as <name> (dots replaced by the separator) beside the
-	// natives; their output is a CallToolResult.
+	// natives; their output is a CallToolResult. They are pinned (config
+	// pinning) at New, per Source, like an upstream's tools.
 	HTTPTools []Native
 	Sessions  store.Sessions // nil: session records are not kept (events still are)
 	Events    audit.Log      // for tool.session.* and toolgate.tool.* events; nil: none
@@ -142,6 +148,10 @@ type Gateway struct {
 	server *mcp.Server
 	ups    map[string]*upstream // by server name; fixed at New
 	order  []string             // server names, sorted
+	// srcs are the pinning sources of the HTTP tools (pinning.go), by
+	// Source; fixed at New, sorted in srcOrder.
+	srcs     map[string]*httpSource
+	srcOrder []string
 	// ambiguous maps each bare surface name that tools of two servers (or
 	// a server and a native) have claimed under naming.prefix never to
 	// those toolIds; it only grows (until restart). Guarded by mu.
@@ -302,6 +312,7 @@ func New(opts Options) (*Gateway, error) {
 	})
 	g.server.AddReceivingMiddleware(g.middleware)
 	g.server.AddSendingMiddleware(g.sendingMiddleware)
+	g.pinHTTPTools()
 	if err := g.rebuild(); err != nil {
 		return nil, err
 	}
@@ -374,7 +385,7 @@ func (g *Gateway) refreshTools(u *upstream, cs *mcp.ClientSession) {
 		}
 		tools = append(tools, t)
 	}
-	ps := g.applyPinning(ctx, u, tools)
+	ps := g.applyPinning(ctx, u.name, mcpPinDefs(u.name, tools))
 	u.mu.Lock()
 	u.tools = tools
 	u.pins = ps
@@ -634,7 +645,12 @@ func (g *Gateway) rebuildLocked() error {
 			continue
 		}
 		sf.http[d.ToolID] = true
-		dig, _ := catalog.DefinitionDigest(catalog.DescriptorDefinition(&d))
+		// The digest pinning computed (of the definition as built, before
+		// classification, as for an upstream's tools) is the receipts'.
+		dig, held1 := g.httpPin(n)
+		if held1 {
+			held[d.ToolID] = true
+		}
 		add(catalog.Tool{Descriptor: d, Transport: catalog.TransportHTTP, Name: name, Digest: dig},
 			strings.ReplaceAll(name, ".", sep), nil, n.Invoker)
 	}

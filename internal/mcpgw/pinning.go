@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -16,8 +17,11 @@ import (
 
 // Tool-definition pinning (issue 17 §3, §4; config pinning.mode). Every
 // listing of an upstream's tools (the first, and each re-list after a
-// tools/list_changed) computes each tool's definition digest and compares
-// it with the tool's pin in the store:
+// tools/list_changed), and the HTTP tools of each `http_tools:` entry and
+// each `openapi:` import (a "source", pinned like a server, at New: an
+// OpenAPI document fetched from a URL, or a file replaced between
+// restarts, can change an operation), computes each tool's definition
+// digest and compares it with the tool's pin in the store:
 //
 //   - No pin for any tool of the server (its first ever listing): every
 //     tool is pinned as listed ("pinning:first-sight"), in both modes. This
@@ -70,10 +74,118 @@ type ToolApproved struct {
 }
 
 // pinState is what pinning decided for one listing of a server: the digest
-// of each listed tool and the tools held, by upstream tool name.
+// of each listed tool and the tools held, by upstream tool name (for an
+// HTTP source, by toolId).
 type pinState struct {
 	digests map[string]string
 	held    map[string]bool
+}
+
+// pinDef is one listed tool as pinning sees it: its key in pinState
+// (upstream tool name, or toolId), its toolId and its definition.
+type pinDef struct {
+	key, toolID string
+	def         catalog.Definition
+}
+
+// mcpPinDefs are the pinDefs of server's listed tools.
+func mcpPinDefs(server string, tools []*mcp.Tool) []pinDef {
+	var out []pinDef
+	for _, t := range tools {
+		if t == nil || t.Name == "" {
+			continue
+		}
+		out = append(out, pinDef{key: t.Name, toolID: catalog.MCPToolID(server, t.Name), def: mcpDefinition(t)})
+	}
+	return out
+}
+
+// httpSource is one pinning source of HTTP tools (Native.Source).
+type httpSource struct {
+	name    string
+	tools   []Native
+	repinMu sync.Mutex // serialises applyPinning on the source
+	mu      sync.Mutex
+	pins    pinState // under mu
+}
+
+// sourceOf is n's pinning source name.
+func sourceOf(n Native) string {
+	if n.Source != "" {
+		return n.Source
+	}
+	return n.Descriptor.ToolID
+}
+
+// httpPinDefs are the pinDefs of src's tools: each descriptor as built
+// (before tools: classification, which is the operator's and not the
+// source's).
+func (src *httpSource) pinDefs() []pinDef {
+	out := make([]pinDef, 0, len(src.tools))
+	for _, n := range src.tools {
+		d := n.Descriptor
+		out = append(out, pinDef{key: d.ToolID, toolID: d.ToolID, def: catalog.DescriptorDefinition(&d)})
+	}
+	return out
+}
+
+// pinHTTPTools groups the HTTP tools by source and applies pinning to
+// each (called by New, before the first catalog is built).
+func (g *Gateway) pinHTTPTools() {
+	g.srcs = map[string]*httpSource{}
+	for _, n := range g.opts.HTTPTools {
+		name := sourceOf(n)
+		src, ok := g.srcs[name]
+		if !ok {
+			src = &httpSource{name: name}
+			g.srcs[name] = src
+			g.srcOrder = append(g.srcOrder, name)
+		}
+		src.tools = append(src.tools, n)
+	}
+	slices.Sort(g.srcOrder)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range g.srcOrder {
+		src := g.srcs[name]
+		ps := g.applyPinning(ctx, name, src.pinDefs())
+		src.mu.Lock()
+		src.pins = ps
+		src.mu.Unlock()
+	}
+}
+
+// httpPin is the definition digest of HTTP tool n and whether it is held.
+func (g *Gateway) httpPin(n Native) (digest string, held bool) {
+	src, ok := g.srcs[sourceOf(n)]
+	if !ok {
+		return "", false
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	return src.pins.digests[n.Descriptor.ToolID], src.pins.held[n.Descriptor.ToolID]
+}
+
+// repinHTTP applies pinning again to src (after an approval) and, when its
+// holds changed, installs the catalog and notifies sessions.
+func (g *Gateway) repinHTTP(src *httpSource) {
+	src.repinMu.Lock()
+	defer src.repinMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ps := g.applyPinning(ctx, src.name, src.pinDefs())
+	src.mu.Lock()
+	same := maps2Equal(src.pins.held, ps.held)
+	src.pins = ps
+	src.mu.Unlock()
+	if same {
+		return
+	}
+	if err := g.rebuild(); err != nil {
+		g.log.Error("installing HTTP tools failed", "source", src.name, "err", err)
+		return
+	}
+	g.notifyToolsChanged()
 }
 
 // mcpDefinition is the pinned part of an upstream tool.
@@ -91,31 +203,30 @@ func mcpDefinition(t *mcp.Tool) catalog.Definition {
 	return d
 }
 
-// applyPinning computes the digests of u's listed tools and applies
-// pinning to them (see above). It fails closed in enforce mode: a tool
-// whose definition cannot be normalized, or whose pin cannot be read or
-// written, is held.
-func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.Tool) pinState {
+// applyPinning computes the digests of the tools server (an upstream, or
+// an HTTP tool source) lists and applies pinning to them (see above). It
+// fails closed in enforce mode: a tool whose definition cannot be
+// normalized, or whose pin cannot be read or written, is held.
+func (g *Gateway) applyPinning(ctx context.Context, server string, defs []pinDef) pinState {
 	mode := g.cfg.Pinning.Mode
 	enforce := mode == "enforce"
 	ps := pinState{digests: map[string]string{}, held: map[string]bool{}}
 	norms := map[string][]byte{}
+	ids := map[string]string{}
 	var names []string
-	for _, t := range tools {
-		if t == nil || t.Name == "" {
-			continue
-		}
-		norm, err := catalog.NormalizeDefinition(mcpDefinition(t))
+	for _, pd := range defs {
+		norm, err := catalog.NormalizeDefinition(pd.def)
 		if err != nil {
-			g.log.Warn("tool definition cannot be pinned", "server", u.name, "tool", t.Name, "err", err)
+			g.log.Warn("tool definition cannot be pinned", "server", server, "toolId", pd.toolID, "err", err)
 			if enforce {
-				ps.held[t.Name] = true
+				ps.held[pd.key] = true
 			}
 			continue
 		}
-		norms[t.Name] = norm
-		ps.digests[t.Name] = catalog.DigestOf(norm)
-		names = append(names, t.Name)
+		norms[pd.key] = norm
+		ids[pd.key] = pd.toolID
+		ps.digests[pd.key] = catalog.DigestOf(norm)
+		names = append(names, pd.key)
 	}
 	if mode == "off" || g.opts.Pins == nil {
 		return ps
@@ -123,7 +234,7 @@ func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.To
 	slices.Sort(names)
 	all, err := g.opts.Pins.ListPins(ctx)
 	if err != nil {
-		g.log.Error("reading tool pins failed", "server", u.name, "err", err, "held", enforce)
+		g.log.Error("reading tool pins failed", "server", server, "err", err, "held", enforce)
 		if enforce {
 			for _, n := range names {
 				ps.held[n] = true
@@ -133,7 +244,7 @@ func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.To
 	}
 	pins := map[string]store.Pin{}
 	for _, p := range all {
-		if p.Server == u.name {
+		if p.Server == server {
 			pins[p.ToolID] = p
 		}
 	}
@@ -148,7 +259,7 @@ func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.To
 		}
 	}
 	for _, name := range names {
-		id, norm, dig := catalog.MCPToolID(u.name, name), norms[name], ps.digests[name]
+		id, norm, dig := ids[name], norms[name], ps.digests[name]
 		pin, ok := pins[id]
 		switch {
 		case !ok && (!enforce || first):
@@ -156,23 +267,23 @@ func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.To
 			if !first {
 				by = "pinning:record"
 			}
-			put(&store.Pin{ToolID: id, Server: u.name, Digest: dig, Definition: norm, ApprovedBy: by, ApprovedAt: now}, name)
+			put(&store.Pin{ToolID: id, Server: server, Digest: dig, Definition: norm, ApprovedBy: by, ApprovedAt: now}, name)
 			if !first {
-				g.toolChanged(ctx, ToolChanged{Server: u.name, ToolID: id, NewDigest: dig,
+				g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, NewDigest: dig,
 					ChangedFields: catalog.ChangedFields(nil, norm), Mode: mode})
 			}
 		case !ok:
 			ps.held[name] = true
-			put(&store.Pin{ToolID: id, Server: u.name, PendingDigest: dig, PendingDefinition: norm,
+			put(&store.Pin{ToolID: id, Server: server, PendingDigest: dig, PendingDefinition: norm,
 				ChangedFields: catalog.ChangedFields(nil, norm), FirstSeen: now}, name)
-			g.toolChanged(ctx, ToolChanged{Server: u.name, ToolID: id, NewDigest: dig,
+			g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, NewDigest: dig,
 				ChangedFields: catalog.ChangedFields(nil, norm), Mode: mode, Held: true})
 		case pin.Digest == dig:
 			if pin.Pending() { // back to the approved definition
 				last, lastDef := pin.PendingDigest, pin.PendingDefinition
 				pin.PendingDigest, pin.PendingDefinition, pin.ChangedFields, pin.FirstSeen = "", nil, nil, time.Time{}
 				put(&pin, name)
-				g.toolChanged(ctx, ToolChanged{Server: u.name, ToolID: id, OldDigest: last, NewDigest: dig,
+				g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
 					ChangedFields: nonNilFields(catalog.ChangedFields(lastDef, norm)), Mode: mode})
 			}
 		default:
@@ -189,7 +300,7 @@ func (g *Gateway) applyPinning(ctx context.Context, u *upstream, tools []*mcp.To
 			pin.PendingDigest, pin.PendingDefinition, pin.FirstSeen = dig, norm, now
 			pin.ChangedFields = nonNilFields(catalog.ChangedFields(pin.Definition, norm))
 			put(&pin, name)
-			g.toolChanged(ctx, ToolChanged{Server: u.name, ToolID: id, OldDigest: last, NewDigest: dig,
+			g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
 				ChangedFields: nonNilFields(catalog.ChangedFields(lastDef, norm)), Mode: mode, Held: enforce})
 		}
 	}
@@ -255,6 +366,8 @@ func (g *Gateway) ApproveTool(ctx context.Context, toolID, digest, by string) (*
 	g.pinEvent(ctx, TypeToolApproved, ToolApproved{Server: p.Server, ToolID: p.ToolID, OldDigest: before.Digest, Digest: p.Digest, ApprovedBy: by})
 	if u, ok := g.ups[p.Server]; ok {
 		g.repin(u)
+	} else if src, ok := g.srcs[p.Server]; ok {
+		g.repinHTTP(src)
 	}
 	return p, nil
 }
@@ -273,7 +386,7 @@ func (g *Gateway) repin(u *upstream) {
 	if !listed {
 		return
 	}
-	ps := g.applyPinning(ctx, u, tools)
+	ps := g.applyPinning(ctx, u.name, mcpPinDefs(u.name, tools))
 	if maps2Equal(old.held, ps.held) {
 		return
 	}
@@ -318,6 +431,15 @@ func (g *Gateway) watchPins() {
 			u.mu.Unlock()
 			if n > 0 {
 				g.repin(u)
+			}
+		}
+		for _, name := range g.srcOrder {
+			src := g.srcs[name]
+			src.mu.Lock()
+			n := len(src.pins.held)
+			src.mu.Unlock()
+			if n > 0 {
+				g.repinHTTP(src)
 			}
 		}
 	}
