@@ -77,7 +77,7 @@ auth:
     - {id: ops, key_sha256: "%s", tenant: t1, scopes: [toolgate:admin]}
     - {id: user, key_sha256: "%s", tenant: t1}
 openapi:
-  - {file: %s, server: "%s"}
+  - {file: %s, server: "%s", egress: {allow_cidrs: [127.0.0.0/8]}}
 policy:
   default: deny
   rules:
