@@ -25,7 +25,9 @@ import (
 
 // reloadable is an authenticator replaced as serve's reload replaces its
 // own (swapAuth): a CredentialAuthenticator.
-type reloadable struct{ cur atomic.Pointer[auth.Authenticator] }
+type reloadable struct {
+	cur atomic.Pointer[auth.Authenticator]
+}
 
 func (s *reloadable) Authenticate(r *http.Request) (identity.Principal, error) {
 	return s.cur.Load().Authenticate(r)
