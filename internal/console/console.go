@@ -25,10 +25,16 @@
 // the browser holds an HttpOnly,
 // SameSite=Strict session cookie (Secure when served over TLS) scoped to
 // /ui/. Sessions live in memory, end at Options.SessionTTL, are capped at
-// Options.MaxSessions, and end at sign-out. Every state-changing request
+// Options.MaxSessions in all and Options.MaxSessionsPerPrincipal for one
+// principal (its newest sign-in ends its oldest session), and end at
+// sign-out. An open live audit stream ends with its session (sign-out,
+// expiry, eviction) and when its credential fails the recheck made before
+// every event it sends and at every heartbeat. Every state-changing request
 // (sign-in, sign-out, any /ui/api/ method but GET and HEAD) carries a CSRF
-// token: the session's, in the X-CSRF-Token header or the csrf form
-// field; the sign-in form a double-submit token (cookie and field). A
+// token: the session's, in the X-CSRF-Token header or the csrf field of
+// a form body; the sign-in form a double-submit token (cookie and field).
+// A form body that does not arrive before the connection's read deadline
+// is answered 408 timeout. A
 // request without it is refused 403 forbidden before it reaches the API.
 //
 // Every /ui/ route but the sign-in page and the static assets needs a
@@ -260,8 +266,10 @@ func (a sessionAuth) Authenticate(r *http.Request) (identity.Principal, error) {
 }
 
 // AuthenticateStream is Authenticate for the live audit stream: the
-// stream ends when the session does (sign-out, its expiry) and when its
-// credential no longer passes SignIn.Recheck. Errors: as Authenticate.
+// stream ends when the session does (sign-out, its expiry, eviction by a
+// newer sign-in of its principal) and when its credential no longer passes
+// SignIn.Recheck or its tenant or scopes changed (checked before every
+// event sent and at every heartbeat). Errors: as Authenticate.
 func (a sessionAuth) AuthenticateStream(r *http.Request) (identity.Principal, httpapi.StreamGrant, error) {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -271,10 +279,14 @@ func (a sessionAuth) AuthenticateStream(r *http.Request) (identity.Principal, ht
 	if se == nil {
 		return identity.Principal{}, httpapi.StreamGrant{}, errNoSession
 	}
-	id := ck.Value
-	return se.principal, httpapi.StreamGrant{Expires: se.expires, Done: se.done, Recheck: func(time.Time) error {
-		if a.c.currentID(id) == nil {
+	id, p := ck.Value, se.principal
+	return p, httpapi.StreamGrant{Expires: se.expires, Done: se.done, Recheck: func(time.Time) error {
+		now := a.c.currentID(id)
+		if now == nil {
 			return errNoSession
+		}
+		if now.principal.Tenant != p.Tenant || !slices.Equal(now.principal.Scopes, p.Scopes) {
+			return errcode.New(errcode.Unauthenticated, "the session's tenant or scopes changed (reopen the stream)")
 		}
 		return nil
 	}}, nil
