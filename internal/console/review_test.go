@@ -15,7 +15,6 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/identity"
-	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/store"
 )
@@ -256,4 +255,3 @@ func TestSignInSlowBody408(t *testing.T) {
 }
 
 var _ httpapi.StreamAuthenticator = sessionAuth{}
-var _ = auth.HashKey
