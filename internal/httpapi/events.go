@@ -168,6 +168,14 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Prin
 		return nil
 	}
 	stillValid := func() bool { return g.Recheck == nil || g.Recheck(time.Now()) == nil }
+	refused := func() error {
+		select {
+		case <-g.Done: // the recheck failed because the session ended
+			return end("the session ended")
+		default:
+			return end("the credential is no longer accepted")
+		}
+	}
 	var resume <-chan time.Time // set while the feed is being followed again
 	for {
 		select {
@@ -179,7 +187,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Prin
 			return end("the credential expired")
 		case <-tick.C:
 			if !stillValid() {
-				return end("the credential is no longer accepted")
+				return refused()
 			}
 			bw.WriteString(": keep-alive\n\n")
 		case <-resume:
@@ -217,7 +225,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Prin
 				return end("the credential expired")
 			}
 			if !stillValid() {
-				return end("the credential is no longer accepted")
+				return refused()
 			}
 			data, err := json.Marshal(f.Event)
 			if err != nil {
