@@ -261,6 +261,17 @@ func TestServeSlowBodies(t *testing.T) {
 		}
 		conn.Close()
 	}
+	// The console's sign-in form (no credential header: the credential is
+	// in the body) that stops arriving is answered 408 timeout at the
+	// deadline, not 400.
+	start := time.Now()
+	conn := c.rawRequest(t, strings.Replace(head("/ui/signin", "", 1000), "application/json", "application/x-www-form-urlencoded", 1)+
+		"Cookie: toolgate_signin=abc\r\n", "csrf=abc&credential=")
+	ans, closed := readAnswer(conn, 10*time.Second)
+	if !strings.HasPrefix(ans, "HTTP/1.1 408") || !strings.Contains(ans, "timeout") || !closed {
+		t.Fatalf("/ui/signin, a form body that stops: answered %q closed=%v after %v; want 408 timeout after read_body_timeout (1s)", ans, closed, time.Since(start))
+	}
+	conn.Close()
 
 	// A call that outlasts read_body_timeout completes: the body deadline
 	// is lifted once the body is read.

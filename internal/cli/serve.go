@@ -564,6 +564,11 @@ type swapAuth struct {
 	onAuth   func(*http.Request)
 }
 
+// The API's event streams recheck credentials through it: a reload that
+// removes or rotates a key ends that key's open streams before their next
+// event (and at their next heartbeat).
+var _ httpapi.CredentialAuthenticator = (*swapAuth)(nil)
+
 func (s *swapAuth) Authenticate(r *http.Request) (policy.Principal, error) {
 	p, err := s.cur.Load().Authenticate(r)
 	if err == nil && s.onAuth != nil {

@@ -25,10 +25,16 @@
 // the browser holds an HttpOnly,
 // SameSite=Strict session cookie (Secure when served over TLS) scoped to
 // /ui/. Sessions live in memory, end at Options.SessionTTL, are capped at
-// Options.MaxSessions, and end at sign-out. Every state-changing request
+// Options.MaxSessions in all and Options.MaxSessionsPerPrincipal for one
+// principal (its newest sign-in ends its oldest session), and end at
+// sign-out. An open live audit stream ends with its session (sign-out,
+// expiry, eviction) and when its credential fails the recheck made before
+// every event it sends and at every heartbeat. Every state-changing request
 // (sign-in, sign-out, any /ui/api/ method but GET and HEAD) carries a CSRF
-// token: the session's, in the X-CSRF-Token header or the csrf form
-// field; the sign-in form a double-submit token (cookie and field). A
+// token: the session's, in the X-CSRF-Token header or the csrf field of
+// a form body; the sign-in form a double-submit token (cookie and field).
+// A form body that does not arrive before the connection's read deadline
+// is answered 408 timeout. A
 // request without it is refused 403 forbidden before it reaches the API.
 //
 // Every /ui/ route but the sign-in page and the static assets needs a
@@ -40,13 +46,18 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -66,6 +77,10 @@ const DefaultSessionTTL = 8 * time.Hour
 
 // DefaultMaxSessions caps the live sessions when Options.MaxSessions is 0.
 const DefaultMaxSessions = 1000
+
+// DefaultMaxSessionsPerPrincipal caps one principal's live sessions when
+// Options.MaxSessionsPerPrincipal is 0.
+const DefaultMaxSessionsPerPrincipal = 16
 
 // CSRFHeader is the request header that carries the session's CSRF token
 // on /ui/api/ requests that change state.
@@ -106,9 +121,15 @@ type Options struct {
 	// SessionTTL is a session's lifetime from sign-in; 0 means
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
-	// MaxSessions caps the live sessions; a sign-in beyond it is refused
-	// (429 rate_limited). 0 means DefaultMaxSessions.
+	// MaxSessions caps the live sessions; a sign-in beyond it by a
+	// principal without a session is refused (429 rate_limited). 0 means
+	// DefaultMaxSessions.
 	MaxSessions int
+	// MaxSessionsPerPrincipal caps one principal's (tenant and id) live
+	// sessions: its sign-in beyond it ends its oldest session, so one
+	// credential can never fill MaxSessions. 0 means
+	// DefaultMaxSessionsPerPrincipal; it is at most MaxSessions.
+	MaxSessionsPerPrincipal int
 	// Logger receives operator logs; nil discards.
 	Logger *slog.Logger
 	// Now is the clock of session expiry; nil means time.Now.
@@ -165,7 +186,10 @@ func New(opts Options) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sess := newSessions(opts.SessionTTL, opts.MaxSessions)
+	if opts.MaxSessionsPerPrincipal <= 0 {
+		opts.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
+	}
+	sess := newSessions(opts.SessionTTL, opts.MaxSessions, opts.MaxSessionsPerPrincipal)
 	if opts.Now != nil {
 		sess.now = opts.Now
 	}
@@ -241,6 +265,33 @@ func (a sessionAuth) Authenticate(r *http.Request) (identity.Principal, error) {
 	return identity.Principal{}, errcode.New(errcode.Unauthenticated, "no console session (sign in at /ui/signin)")
 }
 
+// AuthenticateStream is Authenticate for the live audit stream: the
+// stream ends when the session does (sign-out, its expiry, eviction by a
+// newer sign-in of its principal) and when its credential no longer passes
+// SignIn.Recheck or its tenant or scopes changed (checked before every
+// event sent and at every heartbeat). Errors: as Authenticate.
+func (a sessionAuth) AuthenticateStream(r *http.Request) (identity.Principal, httpapi.StreamGrant, error) {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return identity.Principal{}, httpapi.StreamGrant{}, errNoSession
+	}
+	se := a.c.currentID(ck.Value)
+	if se == nil {
+		return identity.Principal{}, httpapi.StreamGrant{}, errNoSession
+	}
+	id, p := ck.Value, se.principal
+	return p, httpapi.StreamGrant{Expires: se.expires, Done: se.done, Recheck: func(time.Time) error {
+		now := a.c.currentID(id)
+		if now == nil {
+			return errNoSession
+		}
+		if now.principal.Tenant != p.Tenant || !slices.Equal(now.principal.Scopes, p.Scopes) {
+			return errcode.New(errcode.Unauthenticated, "the session's tenant or scopes changed (reopen the stream)")
+		}
+		return nil
+	}}, nil
+}
+
 // Challenge answers 401 with the flat error envelope (no WWW-Authenticate:
 // the console's credential is its session cookie).
 func (a sessionAuth) Challenge(w http.ResponseWriter, _ *http.Request, err error) {
@@ -271,6 +322,10 @@ func (c *Console) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		e = errcode.New(errcode.Internal, "internal error")
 	}
 	status := e.Code.HTTPStatus()
+	var se *statusError
+	if errors.As(err, &se) {
+		status = se.status
+	}
 	if strings.HasPrefix(r.URL.Path, Prefix+"api/") {
 		writeJSONError(w, status, e.Code, e.Message)
 		return
@@ -297,13 +352,18 @@ func (c *Console) current(r *http.Request) *session {
 	if err != nil {
 		return nil
 	}
-	se := c.sessions.get(ck.Value)
+	return c.currentID(ck.Value)
+}
+
+// currentID is current for the session cookie value id.
+func (c *Console) currentID(id string) *session {
+	se := c.sessions.get(id)
 	if se == nil {
 		return nil
 	}
 	p, err := c.signIn.Recheck(se.cred, se.principal, c.sessions.now())
 	if err != nil {
-		c.sessions.remove(ck.Value)
+		c.sessions.remove(id)
 		c.log.Info("console session ended: its credential is no longer accepted", "principal", se.principal.ID, "err", errMessage(err))
 		return nil
 	}
@@ -323,19 +383,42 @@ func (c *Console) check(r *http.Request, cred string) (identity.Principal, ident
 
 // apiProxy serves /ui/api/v1/...: the console's API handler at /v1/...,
 // after the session check (401) and, for a method other than GET and HEAD,
-// the CSRF check (403 forbidden without the session's token in
-// X-CSRF-Token).
+// the CSRF check (403 forbidden without the session's token in the
+// X-CSRF-Token header or, for an application/x-www-form-urlencoded body,
+// its csrf field). A form body reaches the API as the JSON object of its
+// reason field ({"reason": ...}, the approval decisions' body), or empty
+// without one.
 func (c *Console) apiProxy(w http.ResponseWriter, r *http.Request) {
 	se := c.current(r)
 	if se == nil {
 		c.writeError(w, r, errNoSession)
 		return
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameToken(r.Header.Get(CSRFHeader), se.csrf) {
-		c.writeError(w, r, errCSRF)
-		return
-	}
 	r2 := r.Clone(r.Context())
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		tok := r.Header.Get(CSRFHeader)
+		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "application/x-www-form-urlencoded" {
+			r.Body = http.MaxBytesReader(w, r.Body, maxCredential)
+			if err := r.ParseForm(); err != nil {
+				c.writeError(w, r, formError(w, err, "reading the form"))
+				return
+			}
+			if tok == "" {
+				tok = r.PostForm.Get("csrf")
+			}
+			var body []byte
+			if reason, ok := r.PostForm["reason"]; ok && len(reason) > 0 {
+				body, _ = json.Marshal(map[string]string{"reason": reason[0]})
+			}
+			r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+			r2.Header.Set("Content-Type", "application/json")
+			r2.Form, r2.PostForm = nil, nil
+		}
+		if !sameToken(tok, se.csrf) {
+			c.writeError(w, r, errCSRF)
+			return
+		}
+	}
 	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/ui/api")
 	r2.URL.RawPath = ""
 	r2.RequestURI = r2.URL.RequestURI()
@@ -418,7 +501,7 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request, status int,
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxCredential)
 	if err := r.ParseForm(); err != nil {
-		c.writeError(w, r, errcode.Wrap(errcode.InvalidArgument, err, "reading the sign-in form"))
+		c.writeError(w, r, formError(w, err, "reading the sign-in form"))
 		return
 	}
 	ck, err := r.Cookie(signinCookie)
@@ -448,6 +531,32 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.log.Info("console sign-in", "principal", p.ID, "tenant", p.Tenant)
 	http.Redirect(w, r, Prefix+"catalog", http.StatusSeeOther)
 }
+
+// formError is the error of a form body that could not be read: 408
+// timeout (and the connection closed) when it did not arrive before the
+// connection's read deadline (serve's http.read_body_timeout), else 400
+// invalid_argument (413 for one over the size bound).
+func formError(w http.ResponseWriter, err error, what string) error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return &statusError{status: http.StatusRequestTimeout, err: errcode.New(errcode.Timeout, what+": the request body did not arrive in time")}
+	case errors.As(err, &mbe):
+		return &statusError{status: http.StatusRequestEntityTooLarge, err: errcode.Errorf(errcode.InvalidArgument, "%s: the body exceeds %d bytes", what, mbe.Limit)}
+	}
+	return errcode.Wrap(errcode.InvalidArgument, err, what)
+}
+
+// statusError is an *errcode.Error answered with status instead of its
+// code's.
+type statusError struct {
+	status int
+	err    *errcode.Error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
 
 // signout serves POST /ui/signout (form field csrf): the session ends.
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, se *session) {

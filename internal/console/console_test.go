@@ -54,18 +54,29 @@ func newAuth(t *testing.T, keys ...config.APIKey) *auth.Authenticator {
 	return a
 }
 
-var aliceKey = config.APIKey{ID: "alice", Tenant: "a", KeySHA256: auth.HashKey("k-alice")}
+var (
+	aliceKey = config.APIKey{ID: "alice", Tenant: "a", KeySHA256: auth.HashKey("k-alice")}
+	bobKey   = config.APIKey{ID: "bob", Tenant: "a", KeySHA256: auth.HashKey("k-bob")}
+)
 
 // fixture is a console over a memstore and a pipeline with the native
 // tools echo (allowed) and hidden (no rule), signed in with API key
 // "k-alice".
 type fixture struct {
-	c     *Console
-	srv   *httptest.Server
-	authn *swappable
+	c      *Console
+	srv    *httptest.Server
+	authn  *swappable
+	events store.Events
 }
 
 func newFixture(t *testing.T, tls bool, mutate func(*Options)) *fixture {
+	t.Helper()
+	return newFixtureServer(t, tls, mutate, nil)
+}
+
+// newFixtureServer is newFixture with serverConfig, when not nil, applied
+// to the test server's http.Server before it starts (a read deadline).
+func newFixtureServer(t *testing.T, tls bool, mutate func(*Options), serverConfig func(*http.Server)) *fixture {
 	t.Helper()
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
@@ -102,14 +113,17 @@ func newFixture(t *testing.T, tls bool, mutate func(*Options)) *fixture {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, c)
-	var srv *httptest.Server
+	srv := httptest.NewUnstartedServer(mux)
+	if serverConfig != nil {
+		serverConfig(srv.Config)
+	}
 	if tls {
-		srv = httptest.NewTLSServer(mux)
+		srv.StartTLS()
 	} else {
-		srv = httptest.NewServer(mux)
+		srv.Start()
 	}
 	t.Cleanup(func() { c.Close(); srv.Close() })
-	return &fixture{c: c, srv: srv, authn: authn}
+	return &fixture{c: c, srv: srv, authn: authn, events: st}
 }
 
 // client returns a browser-like client of f: a cookie jar, no redirects
@@ -291,13 +305,15 @@ func TestSignInSessionSignOut(t *testing.T) {
 // once. The session cap refuses sign-ins beyond it.
 func TestRevocationAndCap(t *testing.T) {
 	f := newFixture(t, false, func(o *Options) { o.MaxSessions = 1 })
+	f.authn.cur.Store(newAuth(t, aliceKey, bobKey))
 	cl := f.client(t)
 	if a := f.signIn(t, cl, "k-alice"); a.status != http.StatusSeeOther {
 		t.Fatalf("sign-in: %d", a.status)
 	}
-	if a := f.signIn(t, f.client(t), "k-alice"); a.status != http.StatusTooManyRequests {
-		t.Errorf("a second sign-in over MaxSessions 1: %d", a.status)
+	if a := f.signIn(t, f.client(t), "k-bob"); a.status != http.StatusTooManyRequests {
+		t.Errorf("another principal's sign-in over MaxSessions 1: %d", a.status)
 	}
+	f.authn.cur.Store(newAuth(t, aliceKey))
 	if strings.Contains(f.get(t, cl, "/ui/policy").body, `id="rules"`) {
 		t.Error("the rules are shown without toolgate:admin")
 	}

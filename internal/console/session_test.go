@@ -17,7 +17,7 @@ import (
 // on remove, and the table keys hold no usable cookie value.
 func TestSessions(t *testing.T) {
 	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	s := newSessions(time.Hour, 2)
+	s := newSessions(time.Hour, 2, 2)
 	s.now = func() time.Time { return now }
 	alice := policy.Principal{ID: "alice", Tenant: "t1"}
 
@@ -31,18 +31,20 @@ func TestSessions(t *testing.T) {
 	if s.get("") != nil || s.get(id1+"x") != nil {
 		t.Error("an empty or unknown cookie value found a session")
 	}
-	id2, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
+	bob := policy.Principal{ID: "bob", Tenant: "t1"}
+	carol := policy.Principal{ID: "carol", Tenant: "t1"}
+	id2, _, err := s.create(bob, identity.Credential{Method: identity.MethodAPIKey, KeyID: "bob"})
 	if err != nil || id2 == id1 {
 		t.Fatalf("second session: %q %v", id2, err)
 	}
-	if _, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}); errcode.CodeOf(err) != errcode.RateLimited {
+	if _, _, err := s.create(carol, identity.Credential{Method: identity.MethodAPIKey, KeyID: "carol"}); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Fatalf("a third session over the cap of 2: %v, want rate_limited", err)
 	}
 	s.remove(id2)
 	if s.get(id2) != nil {
 		t.Error("a removed session still answers")
 	}
-	id3, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
+	id3, _, err := s.create(carol, identity.Credential{Method: identity.MethodAPIKey, KeyID: "carol"})
 	if err != nil {
 		t.Fatalf("a session after a removal: %v", err)
 	}
@@ -52,8 +54,8 @@ func TestSessions(t *testing.T) {
 		t.Error("a session answers at its expiry")
 	}
 	s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
-	s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}) // expired entries make room: the cap counts live ones
-	if _, _, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"}); errcode.CodeOf(err) != errcode.RateLimited {
+	s.create(bob, identity.Credential{Method: identity.MethodAPIKey, KeyID: "bob"}) // expired entries make room: the cap counts live ones
+	if _, _, err := s.create(carol, identity.Credential{Method: identity.MethodAPIKey, KeyID: "carol"}); errcode.CodeOf(err) != errcode.RateLimited {
 		t.Errorf("over the cap after expiry: %v", err)
 	}
 	if n := s.count(); n != 2 {
@@ -120,7 +122,7 @@ func TestSessionKeepsNoSecretAndEndsOnRotation(t *testing.T) {
 // A credential that expires before the session's TTL (a JWT's exp) ends
 // the session at its expiry.
 func TestSessionEndsAtCredentialExpiry(t *testing.T) {
-	s := newSessions(time.Hour, 10)
+	s := newSessions(time.Hour, 10, 10)
 	start := time.Now()
 	clock := start
 	s.now = func() time.Time { return clock }
@@ -136,5 +138,45 @@ func TestSessionEndsAtCredentialExpiry(t *testing.T) {
 	clock = exp
 	if s.get(id) != nil {
 		t.Fatal("the session outlived its credential's expiry")
+	}
+}
+
+// One principal can never fill the session cap: its sign-in beyond
+// MaxSessionsPerPrincipal ends its own oldest session (whose done channel
+// closes), so another principal can still sign in.
+func TestSessionsPerPrincipalCap(t *testing.T) {
+	s := newSessions(time.Hour, 1000, 16)
+	alice := policy.Principal{ID: "alice", Tenant: "t1"}
+	var ids []string
+	var first *session
+	for i := range 1000 {
+		id, se, err := s.create(alice, identity.Credential{Method: identity.MethodAPIKey, KeyID: "alice"})
+		if err != nil {
+			t.Fatalf("alice's sign-in %d: %v (a principal's sign-in must evict its oldest session, never fail)", i, err)
+		}
+		if i == 0 {
+			first = se
+		}
+		ids = append(ids, id)
+	}
+	if n := s.count(); n != 16 {
+		t.Errorf("alice holds %d sessions after 1000 sign-ins, want 16", n)
+	}
+	select {
+	case <-first.done:
+	default:
+		t.Error("the evicted session's done channel is open (its streams would go on)")
+	}
+	if s.get(ids[0]) != nil || s.get(ids[983]) != nil || s.get(ids[984]) == nil || s.get(ids[999]) == nil {
+		t.Error("not the oldest sessions were evicted")
+	}
+	for _, p := range []string{"bob", "carol"} {
+		if _, _, err := s.create(policy.Principal{ID: p, Tenant: "t1"}, identity.Credential{Method: identity.MethodAPIKey, KeyID: p}); err != nil {
+			t.Errorf("%s's sign-in after alice's 1000: %v", p, err)
+		}
+	}
+	// The same id in another tenant is another principal.
+	if _, _, err := s.create(policy.Principal{ID: "alice", Tenant: "t2"}, identity.Credential{}); err != nil || s.count() != 19 {
+		t.Errorf("alice of t2: %v, %d sessions", err, s.count())
 	}
 }

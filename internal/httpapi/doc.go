@@ -38,7 +38,11 @@
 // an event that names a tool the reader may not see (a hidden tool's
 // refused call is recorded under the run id its caller chose): a run whose
 // every event is so hidden answers exactly as an unknown run. Their ?type=
-// accepts a run-event type only (400 otherwise).
+// accepts a run-event type only (400 otherwise). The stream lives no
+// longer than its caller's authentication (StreamGrant): it ends at a
+// JWT's exp and, with a CredentialAuthenticator, as soon as a recheck
+// (before every event sent and at every heartbeat) refuses the credential
+// or finds its tenant or scopes changed.
 //
 // Every /v1 endpoint needs credentials (API key as Bearer or X-API-Key, or
 // a JWT); none needs a particular scope except explaining for another

@@ -105,10 +105,12 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, p identity.P
 // is never sent (eventFilter, its visible set recomputed when the gate's
 // catalog or policy is swapped). A comment line is sent every
 // Options.Heartbeat. The stream ends when the client goes, the store
-// closes or the handler is closed. Errors (before the stream starts):
+// closes, the handler is closed, or the caller's authentication ends (g:
+// the credential's expiry, a console sign-out, or a recheck, made before
+// every event sent and at every heartbeat, that refuses it). Errors (before the stream starts):
 // invalid_argument for a malformed cursor, from or type;
 // audit_unavailable.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Principal, g StreamGrant) error {
 	q := r.URL.Query()
 	cursor := r.Header.Get("Last-Event-ID")
 	if cursor == "" {
@@ -153,12 +155,40 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Prin
 	fl.Flush()
 	tick := time.NewTicker(h.opts.Heartbeat)
 	defer tick.Stop()
+	var expired <-chan time.Time
+	if !g.Expires.IsZero() {
+		t := time.NewTimer(time.Until(g.Expires))
+		defer t.Stop()
+		expired = t.C
+	}
+	end := func(why string) error {
+		bw.WriteString(": " + why + "; the stream ends\n\n")
+		bw.Flush()
+		fl.Flush()
+		return nil
+	}
+	stillValid := func() bool { return g.Recheck == nil || g.Recheck(time.Now()) == nil }
+	refused := func() error {
+		select {
+		case <-g.Done: // the recheck failed because the session ended
+			return end("the session ended")
+		default:
+			return end("the credential is no longer accepted")
+		}
+	}
 	var resume <-chan time.Time // set while the feed is being followed again
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-g.Done:
+			return end("the session ended")
+		case <-expired:
+			return end("the credential expired")
 		case <-tick.C:
+			if !stillValid() {
+				return refused()
+			}
 			bw.WriteString(": keep-alive\n\n")
 		case <-resume:
 			// The store's feed ended (it could not be read): follow it
@@ -190,6 +220,12 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, p identity.Prin
 			filter.refresh(ctx)
 			if !filter.visible(&f.Event) {
 				continue
+			}
+			if !g.Expires.IsZero() && !time.Now().Before(g.Expires) {
+				return end("the credential expired")
+			}
+			if !stillValid() {
+				return refused()
 			}
 			data, err := json.Marshal(f.Event)
 			if err != nil {

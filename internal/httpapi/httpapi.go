@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,51 @@ const DefaultHeartbeat = 15 * time.Second
 type Authenticator interface {
 	Authenticate(r *http.Request) (identity.Principal, error)
 	Challenge(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// CredentialAuthenticator is an Authenticator that also returns the
+// secret-free record of the credential it accepted and checks that record
+// again later (*auth.Authenticator and serve's reloading wrapper implement
+// it). With it, GET /v1/events/stream ends at the credential's expiry (a
+// JWT's exp) and as soon as Recheck refuses it (a key removed or rotated
+// by a reload) or returns another tenant or other scopes. Implementations
+// must be safe for concurrent use.
+type CredentialAuthenticator interface {
+	Authenticator
+	// AuthenticateCredential is Authenticate returning the credential's
+	// record too. Errors: as Authenticate.
+	AuthenticateCredential(r *http.Request) (identity.Principal, identity.Credential, error)
+	// Recheck checks c (returned for p) again at now and returns the
+	// principal as of now. Errors: *errcode.Error unauthenticated.
+	Recheck(c identity.Credential, p identity.Principal, now time.Time) (identity.Principal, error)
+}
+
+// StreamAuthenticator is an Authenticator that bounds a long-lived answer
+// (GET /v1/events/stream) by a StreamGrant; the web console's session
+// authenticator implements it. Implementations must be safe for
+// concurrent use.
+type StreamAuthenticator interface {
+	Authenticator
+	// AuthenticateStream is Authenticate returning the grant the stream
+	// lives under. Errors: as Authenticate.
+	AuthenticateStream(r *http.Request) (identity.Principal, StreamGrant, error)
+}
+
+// StreamGrant bounds an open event stream's authentication: the stream
+// ends (after an SSE comment saying why) at Expires, when Done is closed,
+// or when Recheck fails. Recheck is called before every event is sent and
+// at every heartbeat (Options.Heartbeat), so a revoked credential never
+// receives another event. Zero fields impose nothing. A plain value.
+type StreamGrant struct {
+	// Expires is when the authentication ends (a JWT's exp, a console
+	// session's end); zero: not by time.
+	Expires time.Time
+	// Done, when not nil, is closed when the authentication ends (a
+	// console sign-out).
+	Done <-chan struct{}
+	// Recheck, when not nil, reports whether the authentication still
+	// holds at now (nil error).
+	Recheck func(now time.Time) error
 }
 
 // Options configures New. Pipeline, Auth and Events are required.
@@ -207,7 +253,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /v1/tools/{toolId...}", h.authed(h.getTool))
 	m.Handle("POST /v1/calls", h.authed(h.postCall))
 	m.Handle("GET /v1/runs/{runId}/events", h.authed(h.runEvents))
-	m.Handle("GET /v1/events/stream", h.authed(h.stream))
+	m.Handle("GET /v1/events/stream", h.authedStream())
 	m.Handle("POST /v1/policy/explain", h.authed(h.explain))
 	// GET /v1/admin/tools/{toolId}/principals (who-can) and GET
 	// /v1/admin/tools/pending/{toolId} (pinning) overlap as ServeMux
@@ -331,20 +377,68 @@ func (h *Handler) authed(fn authedFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := h.auth.Authenticate(r)
 		if err != nil {
-			if r.ContentLength != 0 {
-				// Do not read (or let net/http drain) an unauthenticated body.
-				w.Header().Set("Connection", "close")
-			}
-			if errcode.CodeOf(err) != errcode.Unauthenticated {
-				err = errcode.Wrap(errcode.Unauthenticated, err, "authentication failed")
-			}
-			h.writeError(w, r, err)
+			h.refuse(w, r, err)
 			return
 		}
 		if err := fn(w, r, p); err != nil {
 			h.writeError(w, r, err)
 		}
 	})
+}
+
+// refuse answers an authentication failure (401 through writeError).
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.ContentLength != 0 {
+		// Do not read (or let net/http drain) an unauthenticated body.
+		w.Header().Set("Connection", "close")
+	}
+	if errcode.CodeOf(err) != errcode.Unauthenticated {
+		err = errcode.Wrap(errcode.Unauthenticated, err, "authentication failed")
+	}
+	h.writeError(w, r, err)
+}
+
+// authedStream is authed for GET /v1/events/stream: the stream also
+// receives the StreamGrant its authentication lives under (streamAuth).
+func (h *Handler) authedStream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, g, err := h.streamAuth(r)
+		if err != nil {
+			h.refuse(w, r, err)
+			return
+		}
+		if err := h.stream(w, r, p, g); err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+// streamAuth authenticates r for a stream: a StreamAuthenticator gives its
+// grant; a CredentialAuthenticator's grant ends at the credential's expiry
+// and when Recheck refuses it or changes its tenant or scopes; a plain
+// Authenticator's imposes nothing.
+func (h *Handler) streamAuth(r *http.Request) (identity.Principal, StreamGrant, error) {
+	switch a := h.auth.(type) {
+	case StreamAuthenticator:
+		return a.AuthenticateStream(r)
+	case CredentialAuthenticator:
+		p, c, err := a.AuthenticateCredential(r)
+		if err != nil {
+			return identity.Principal{}, StreamGrant{}, err
+		}
+		return p, StreamGrant{Expires: c.Expires, Recheck: func(now time.Time) error {
+			q, err := a.Recheck(c, p, now)
+			if err != nil {
+				return err
+			}
+			if q.Tenant != p.Tenant || !slices.Equal(q.Scopes, p.Scopes) {
+				return errcode.New(errcode.Unauthenticated, "the credential's tenant or scopes changed (reconnect)")
+			}
+			return nil
+		}}, nil
+	}
+	p, err := h.auth.Authenticate(r)
+	return p, StreamGrant{}, err
 }
 
 // readBody reads the whole request body, at most h.maxBody bytes. Errors:

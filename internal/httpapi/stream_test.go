@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -136,5 +138,55 @@ func TestEventStream(t *testing.T) {
 	}
 	if r := s.do(t, "", "GET", "/v1/events/stream", nil); r.status != 401 {
 		t.Fatalf("no credentials: %d", r.status)
+	}
+}
+
+// Review defect 1: a key removed by a SIGHUP reload ends its open event
+// stream before the stream delivers another event.
+func TestReloadEndsEventStream(t *testing.T) {
+	s := startServe(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.base+"/v1/events/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+s.keys["audra"])
+	resp, err := s.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("audra's stream: %d", resp.StatusCode)
+	}
+	var lines []string
+	for _, l := range strings.Split(s.cfgHead+defaultPolicy, "\n") {
+		if !strings.Contains(l, "{id: audra,") {
+			lines = append(lines, l)
+		}
+	}
+	if err := os.WriteFile(s.cfgFile, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.do(t, "audra", "GET", "/v1/tools", nil).status != 401 {
+		if time.Now().After(deadline) {
+			t.Fatalf("audra's removed key still works after the reload; stderr:\n%s", s.stderr.String())
+		}
+	}
+	if r := s.do(t, "alice", "POST", "/v1/calls", map[string]any{"toolId": "mcp:up.echo", "args": map[string]any{"text": "x"}, "runId": "run-after-reload"}); r.status != 200 {
+		t.Fatalf("alice's call: %d %s", r.status, r.body)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var tail []string
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			t.Fatalf("the stream of a key removed by a reload delivered %s", sc.Text())
+		}
+		tail = append(tail, sc.Text())
+	}
+	if ctx.Err() != nil || !strings.Contains(strings.Join(tail, "\n"), "no longer accepted") {
+		t.Fatalf("the stream did not end after the reload (%v): %q", ctx.Err(), tail)
 	}
 }
