@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -385,15 +386,28 @@ func (g *Gateway) refreshTools(u *upstream, cs *mcp.ClientSession) {
 		}
 		tools = append(tools, t)
 	}
-	ps := g.applyPinning(ctx, u.name, mcpPinDefs(u.name, tools))
-	u.mu.Lock()
-	u.tools = tools
-	u.pins = ps
-	u.initRes = cs.InitializeResult()
-	u.mu.Unlock()
-	g.mu.Lock()
-	err := g.rebuildLocked()
-	g.mu.Unlock()
+	// The holds are installed before the pins are written (previewPinning),
+	// so that a change is never visible as pending while its tool still
+	// runs; the writing pass may hold more (a pin that failed to be
+	// written), which a second install applies.
+	defs := mcpPinDefs(u.name, tools)
+	ps := g.previewPinning(ctx, u.name, defs)
+	install := func(ps pinState) error {
+		u.mu.Lock()
+		u.tools = tools
+		u.pins = ps
+		u.initRes = cs.InitializeResult()
+		u.mu.Unlock()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.rebuildLocked()
+	}
+	err := install(ps)
+	if err == nil {
+		if ps2 := g.applyPinning(ctx, u.name, defs); !maps.Equal(ps.held, ps2.held) || !maps.Equal(ps.digests, ps2.digests) {
+			err = install(ps2)
+		}
+	}
 	// Ready only once the tools are installed: WaitReady returning before
 	// the surface has them made a first tools/call answer unknown tool.
 	u.once.Do(func() { close(u.listed) })

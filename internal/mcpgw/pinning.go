@@ -208,6 +208,21 @@ func mcpDefinition(t *mcp.Tool) catalog.Definition {
 // fails closed in enforce mode: a tool whose definition cannot be
 // normalized, or whose pin cannot be read or written, is held.
 func (g *Gateway) applyPinning(ctx context.Context, server string, defs []pinDef) pinState {
+	return g.pinning(ctx, server, defs, true)
+}
+
+// previewPinning is applyPinning without its writes and events: the
+// holds the listing will get, so that they can be installed before the
+// pending change becomes visible (in the store, the admin API and the
+// event stream) and a call never runs a tool that is already shown as
+// held. A pin that then fails to be written holds its tool on the second
+// pass.
+func (g *Gateway) previewPinning(ctx context.Context, server string, defs []pinDef) pinState {
+	return g.pinning(ctx, server, defs, false)
+}
+
+// pinning is applyPinning (write true) or previewPinning (write false).
+func (g *Gateway) pinning(ctx context.Context, server string, defs []pinDef, write bool) pinState {
 	mode := g.cfg.Pinning.Mode
 	enforce := mode == "enforce"
 	ps := pinState{digests: map[string]string{}, held: map[string]bool{}}
@@ -251,11 +266,19 @@ func (g *Gateway) applyPinning(ctx context.Context, server string, defs []pinDef
 	first := len(pins) == 0
 	now := time.Now()
 	put := func(p *store.Pin, name string) {
+		if !write {
+			return
+		}
 		if err := g.opts.Pins.PutPin(ctx, p); err != nil {
 			g.log.Error("storing tool pin failed", "toolId", p.ToolID, "err", err, "held", enforce)
 			if enforce {
 				ps.held[name] = true
 			}
+		}
+	}
+	changed := func(c ToolChanged) {
+		if write {
+			g.toolChanged(ctx, c)
 		}
 	}
 	for _, name := range names {
@@ -269,21 +292,21 @@ func (g *Gateway) applyPinning(ctx context.Context, server string, defs []pinDef
 			}
 			put(&store.Pin{ToolID: id, Server: server, Digest: dig, Definition: norm, ApprovedBy: by, ApprovedAt: now}, name)
 			if !first {
-				g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, NewDigest: dig,
+				changed(ToolChanged{Server: server, ToolID: id, NewDigest: dig,
 					ChangedFields: catalog.ChangedFields(nil, norm), Mode: mode})
 			}
 		case !ok:
 			ps.held[name] = true
 			put(&store.Pin{ToolID: id, Server: server, PendingDigest: dig, PendingDefinition: norm,
 				ChangedFields: catalog.ChangedFields(nil, norm), FirstSeen: now}, name)
-			g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, NewDigest: dig,
+			changed(ToolChanged{Server: server, ToolID: id, NewDigest: dig,
 				ChangedFields: catalog.ChangedFields(nil, norm), Mode: mode, Held: true})
 		case pin.Digest == dig:
 			if pin.Pending() { // back to the approved definition
 				last, lastDef := pin.PendingDigest, pin.PendingDefinition
 				pin.PendingDigest, pin.PendingDefinition, pin.ChangedFields, pin.FirstSeen = "", nil, nil, time.Time{}
 				put(&pin, name)
-				g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
+				changed(ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
 					ChangedFields: nonNilFields(catalog.ChangedFields(lastDef, norm)), Mode: mode})
 			}
 		default:
@@ -300,7 +323,7 @@ func (g *Gateway) applyPinning(ctx context.Context, server string, defs []pinDef
 			pin.PendingDigest, pin.PendingDefinition, pin.FirstSeen = dig, norm, now
 			pin.ChangedFields = nonNilFields(catalog.ChangedFields(pin.Definition, norm))
 			put(&pin, name)
-			g.toolChanged(ctx, ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
+			changed(ToolChanged{Server: server, ToolID: id, OldDigest: last, NewDigest: dig,
 				ChangedFields: nonNilFields(catalog.ChangedFields(lastDef, norm)), Mode: mode, Held: enforce})
 		}
 	}
