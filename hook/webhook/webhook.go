@@ -60,6 +60,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/hook"
 	"github.com/toolgate/toolgate/internal/egress"
 	"github.com/toolgate/toolgate/internal/tracing"
@@ -99,7 +101,7 @@ type Options struct {
 // observe worker.
 type Hook struct {
 	opts    Options
-	queue   chan []byte
+	queue   chan queued
 	dropped atomic.Int64
 	sent    atomic.Int64
 	stop    chan struct{}
@@ -141,7 +143,7 @@ func New(opts Options) (*Hook, error) {
 	}
 	h := &Hook{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.Mode == hook.Observe {
-		h.queue = make(chan []byte, opts.Queue)
+		h.queue = make(chan queued, opts.Queue)
 		go h.worker()
 	} else {
 		close(h.done)
@@ -216,7 +218,7 @@ func (h *Hook) Before(ctx context.Context, c *hook.Call) (hook.Verdict, error) {
 		return hook.Verdict{}, err
 	}
 	if h.opts.Mode == hook.Observe {
-		h.enqueue(body)
+		h.enqueue(ctx, body)
 		return hook.Verdict{}, nil
 	}
 	raw, err := h.post(ctx, body)
@@ -319,16 +321,26 @@ func (h *Hook) notify(ctx context.Context, phase string, c *hook.Call, o *hook.O
 		return err
 	}
 	if h.opts.Mode == hook.Observe {
-		h.enqueue(body)
+		h.enqueue(ctx, body)
 		return nil
 	}
 	_, err = h.post(ctx, body)
 	return err
 }
 
-func (h *Hook) enqueue(body []byte) {
+// queued is an observe request: its body and the span context of the
+// callback that queued it (the hook span, when tracing is on), so that
+// the request carries its traceparent and a failure's log line the
+// trace_id and span_id of the call, although it is sent after the call
+// may have ended.
+type queued struct {
+	span trace.SpanContext
+	body []byte
+}
+
+func (h *Hook) enqueue(ctx context.Context, body []byte) {
 	select {
-	case h.queue <- body:
+	case h.queue <- queued{span: trace.SpanContextFromContext(ctx), body: body}:
 	default:
 		h.dropped.Add(1)
 	}
@@ -340,8 +352,10 @@ func (h *Hook) worker() {
 		select {
 		case <-h.stop:
 			return
-		case body := <-h.queue:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		case q := <-h.queue:
+			// Not the callback's context (the call may be over and it
+			// cancelled): a fresh one carrying only its span context.
+			ctx, cancel := context.WithTimeout(trace.ContextWithSpanContext(context.Background(), q.span), 10*time.Second)
 			go func() {
 				select {
 				case <-h.stop:
@@ -349,8 +363,8 @@ func (h *Hook) worker() {
 				case <-ctx.Done():
 				}
 			}()
-			if _, err := h.post(ctx, body); err != nil {
-				h.opts.Logger.Warn("observe webhook failed", "hook", h.opts.Name, "err", err)
+			if _, err := h.post(ctx, q.body); err != nil {
+				h.opts.Logger.WarnContext(ctx, "observe webhook failed", "hook", h.opts.Name, "err", err)
 			}
 			cancel()
 		}
@@ -370,7 +384,7 @@ func (h *Hook) post(ctx context.Context, body []byte) ([]byte, error) {
 	if err != nil {
 		// The detail (it names the hook's address) goes to the operator's
 		// log, not into the call's error, which the agent sees.
-		h.opts.Logger.Warn("webhook request failed", "hook", h.opts.Name, "err", err)
+		h.opts.Logger.WarnContext(ctx, "webhook request failed", "hook", h.opts.Name, "err", err)
 		var denied *egress.DeniedError
 		if errors.As(err, &denied) {
 			// The SSRF guard (Client from egress.NewClient) refused the

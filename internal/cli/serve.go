@@ -99,7 +99,8 @@ gate, store and credentials; openwop.test_seams: true adds the conformance seams
 been connected and listed and while the shared backends answer (store.driver postgres; ratelimit
 backend redis unless on_unavailable: allow), else 503 naming what is missing (its body counts the
 open MCP sessions and upstream processes; /metrics has them too). SIGINT/SIGTERM finish in-flight calls, then flush the store. SIGHUP
-reloads the policy from --config (kept unchanged if the new file has issues).`,
+reloads policy, tools (classification) and auth (API keys, JWT) from --config (all kept unchanged if the
+new file has issues); other sections apply after a restart.`,
 		Example: `  toolgate serve
   toolgate serve --config toolgate.yaml`,
 		Args:        cobra.NoArgs,

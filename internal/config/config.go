@@ -5,6 +5,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -889,8 +890,8 @@ func (c *Config) validate(at func(...any) *yaml.Node, add func(*yaml.Node, strin
 	if c.Observability.MetricsListen != "" {
 		if _, _, err := splitHostPort(c.Observability.MetricsListen); err != nil {
 			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: %v", c.Observability.MetricsListen, err)
-		} else if c.Observability.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: the same address as listen (leave it out to serve /metrics there)", c.Observability.MetricsListen)
+		} else if listenOverlap(c.Listen, c.Observability.MetricsListen) {
+			add(at("observability", "metrics_listen"), "observability.metrics_listen %q: overlaps listen %q (the same port on the same or a wildcard address; leave it out to serve /metrics there)", c.Observability.MetricsListen, c.Listen)
 		}
 	}
 	if !oneOf(c.Naming.Prefix, "auto", "always", "never") {
@@ -1221,6 +1222,79 @@ func splitHostPort(s string) (string, int, error) {
 		return "", 0, fmt.Errorf("host %q is neither an IP address nor a host name", host)
 	}
 	return host, port, nil
+}
+
+// listenOverlap reports whether listen addresses a and b (host:port, as
+// splitHostPort accepts) would claim the same socket: the same non-zero
+// port and either host a wildcard (empty, 0.0.0.0, ::) or both hosts
+// naming a common address. IP literals compare as addresses (an
+// IPv4-mapped IPv6 address as its IPv4 form); "localhost" (and names
+// under .localhost) resolves through the system resolver's local answers
+// (the hosts file; 127.0.0.1 and ::1 when it has none), never the
+// network; another host name compares by its text, case-insensitively.
+// Port 0 (any free port) never overlaps.
+func listenOverlap(a, b string) bool {
+	ha, pa, err := splitHostPort(a)
+	if err != nil {
+		return false
+	}
+	hb, pb, err := splitHostPort(b)
+	if err != nil || pa != pb || pa == 0 {
+		return false
+	}
+	if wildcardHost(ha) || wildcardHost(hb) {
+		return true
+	}
+	as, bs := listenAddrs(ha), listenAddrs(hb)
+	for _, x := range as {
+		for _, y := range bs {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// localResolver is the system resolver's local part: the hosts file
+// (Go's resolver), with every DNS connection refused.
+var localResolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("validate resolves no host name over the network")
+}}
+
+// wildcardHost reports whether a listen host binds every address.
+func wildcardHost(h string) bool {
+	if h == "" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.Unmap().IsUnspecified()
+}
+
+// listenAddrs is what listenOverlap compares of host h: its addresses
+// (an IP literal; localhost's local answers), else its lowercased name.
+func listenAddrs(h string) []string {
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return []string{ip.Unmap().String()}
+	}
+	name := strings.ToLower(strings.TrimSuffix(h, "."))
+	if name != "localhost" && !strings.HasSuffix(name, ".localhost") {
+		return []string{"name:" + name}
+	}
+	var out []string
+	// Go's resolver reads the hosts file; its DNS dial is refused, so
+	// validate never touches the network.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if ips, err := localResolver.LookupNetIP(ctx, "ip", name); err == nil {
+		for _, ip := range ips {
+			out = append(out, ip.Unmap().String())
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"127.0.0.1", "::1"}
+	}
+	return out
 }
 
 // hostnameR matches a DNS host name (RFC 1123 labels); an all-numeric one

@@ -422,3 +422,38 @@ openapi:
 		}
 	}
 }
+
+// observability.metrics_listen must not claim listen's socket: the same
+// port with either host a wildcard, or hosts resolving to a common address
+// (localhost through the hosts file), is an issue; another port, another
+// loopback address or port 0 is fine.
+func TestMetricsListenOverlap(t *testing.T) {
+	for _, c := range []struct {
+		listen, metrics string
+		overlap         bool
+	}{
+		{"127.0.0.1:17070", "127.0.0.1:17070", true},
+		{"127.0.0.1:17070", "localhost:17070", true},
+		{"127.0.0.1:17070", "LocalHost.:17070", true},
+		{"127.0.0.1:17070", ":17070", true},
+		{"127.0.0.1:17070", "0.0.0.0:17070", true},
+		{"127.0.0.1:17070", "[::]:17070", true},
+		{":17070", "127.0.0.1:17070", true},
+		{"127.0.0.1:17070", "[::ffff:127.0.0.1]:17070", true},
+		{"127.0.0.1:17070", "127.0.0.1:17071", false},
+		{"127.0.0.1:17070", "127.0.0.2:17070", false},
+		{"127.0.0.1:17070", ":17071", false},
+		{"127.0.0.1:0", "127.0.0.1:0", false},
+		{"127.0.0.1:0", ":0", false},
+	} {
+		src := fmt.Sprintf("listen: %q\nobservability: {metrics_listen: %q}\n", c.listen, c.metrics)
+		_, err := Parse("m.yaml", []byte(src))
+		got := err != nil && strings.Contains(err.Error(), "overlaps listen")
+		if got != c.overlap {
+			t.Errorf("listen %s, metrics_listen %s: overlap reported %v, want %v (err %v)", c.listen, c.metrics, got, c.overlap, err)
+		}
+		if !c.overlap && err != nil {
+			t.Errorf("listen %s, metrics_listen %s: %v", c.listen, c.metrics, err)
+		}
+	}
+}

@@ -359,3 +359,37 @@ func TestSessionExpiry(t *testing.T) {
 		t.Errorf("a POST page without a session: %d %q", a.status, a.body)
 	}
 }
+
+// The Policy page's explain form sends {toolId, principal: {id}} (the
+// form's principal id alone, console.js): an admin gets the answer for
+// that configured principal of its tenant (its scopes), and 404 for an id
+// that is no principal of its tenant, such as another tenant's.
+func TestPolicyPageExplainsConfiguredPrincipal(t *testing.T) {
+	reader := config.APIKey{ID: "alice", Tenant: "a", KeySHA256: auth.HashKey("k-alice"), Scopes: []string{"notes:read"}}
+	root := config.APIKey{ID: "root", Tenant: "a", KeySHA256: auth.HashKey("k-root"), Scopes: []string{httpapi.AdminScope, "notes:read"}}
+	bea := config.APIKey{ID: "bea", Tenant: "b", KeySHA256: auth.HashKey("k-bea"), Scopes: []string{httpapi.AdminScope, "notes:read"}}
+	f := newFixture(t, false, func(o *Options) {
+		sw := o.SignIn.(*swappable)
+		sw.cur.Store(newAuth(t, reader, root, bea))
+		o.API.Principals = func() []identity.Principal { return sw.cur.Load().Principals() }
+		prg, err := policy.Load("p.yaml", []byte(`rules: [{id: readers, effect: allow, tools: ["native:echo"], scopes: [notes:read]}]`), policy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := o.API.Pipeline.State()
+		o.API.Pipeline.Swap(&pipeline.State{Catalog: st.Catalog, Policy: prg})
+	})
+	form := `{"toolId":"native:echo","args":{},"principal":{"id":"alice"}}`
+	cl := f.client(t)
+	f.signIn(t, cl, "k-root")
+	a := f.post(t, cl, "/ui/api/v1/policy/explain", "application/json", form, http.Header{CSRFHeader: {f.csrf(t, cl)}})
+	var ex httpapi.ExplainResponse
+	if a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &ex) != nil || ex.Principal != "alice" || ex.Decision != policy.EffectAllow || ex.Rule != "readers" {
+		t.Errorf("root explains for alice: %d %s", a.status, a.body)
+	}
+	cl = f.client(t)
+	f.signIn(t, cl, "k-bea")
+	if a := f.post(t, cl, "/ui/api/v1/policy/explain", "application/json", form, http.Header{CSRFHeader: {f.csrf(t, cl)}}); a.status != http.StatusNotFound || !strings.Contains(a.body, "principal.id") {
+		t.Errorf("tenant b's admin explains for tenant a's alice: %d %s", a.status, a.body)
+	}
+}

@@ -556,3 +556,43 @@ func TestExplainTargets(t *testing.T) {
 		t.Errorf("hidden prompt: %d %s", hidden.status, hidden.body)
 	}
 }
+
+// TestExplainConfiguredPrincipal: an admin naming another principal by id
+// alone gets the answer for that configured principal of its own tenant
+// (its scopes), not for a scopeless stranger of that id; an id that is no
+// configured principal of the admin's tenant (made up, or another
+// tenant's) answers 404; given scopes, the principal is hypothetical and
+// of the admin's tenant.
+func TestExplainConfiguredPrincipal(t *testing.T) {
+	s := startServe(t, false)
+	var x struct {
+		Principal, Decision, Rule, Layer string
+		MissingScopes                    []string
+	}
+	r := s.do(t, "root", "POST", "/v1/policy/explain", map[string]any{"toolId": "mcp:up.a_notes", "principal": map[string]any{"id": "alice"}})
+	r.json(t, &x)
+	if r.status != 200 || x.Principal != "alice" || x.Decision != "allow" || x.Rule != "tenant-a-notes" || len(x.MissingScopes) != 0 {
+		t.Errorf("admin for configured alice: %d %s", r.status, r.body)
+	}
+	for _, id := range []string{"mallory", "bob"} { // made up; tenant b's
+		var env struct {
+			Error   string
+			Details map[string]any
+		}
+		r := s.do(t, "root", "POST", "/v1/policy/explain", map[string]any{"toolId": "mcp:up.a_notes", "principal": map[string]any{"id": id}})
+		r.json(t, &env)
+		if r.status != 404 || env.Error != "not_found" || env.Details["field"] != "principal.id" || strings.Contains(string(r.body), `"tenant"`) {
+			t.Errorf("admin for %s (not of tenant a): %d %s", id, r.status, r.body)
+		}
+	}
+	r = s.do(t, "root", "POST", "/v1/policy/explain", map[string]any{"toolId": "mcp:up.a_notes", "principal": map[string]any{"id": "mallory", "scopes": []string{"notes:read"}}})
+	r.json(t, &x)
+	if r.status != 200 || x.Principal != "mallory" || x.Decision != "allow" || x.Rule != "tenant-a-notes" {
+		t.Errorf("admin for a hypothetical mallory with notes:read: %d %s", r.status, r.body)
+	}
+	r = s.do(t, "root", "POST", "/v1/policy/explain", map[string]any{"toolId": "mcp:up.a_notes", "principal": map[string]any{"id": "alice", "scopes": []string{}}})
+	r.json(t, &x)
+	if r.status != 200 || x.Decision != "deny" || x.Layer != "scopes" {
+		t.Errorf("admin for a hypothetical scopeless alice: %d %s", r.status, r.body)
+	}
+}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 
 	"github.com/toolgate/toolgate/errcode"
@@ -75,14 +76,36 @@ func decodeExplain(body []byte) (ExplainRequest, error) {
 	return req, nil
 }
 
+// configuredPrincipal is the configured principal (Options.Principals)
+// of tenant and id, scopes and attributes copied; ok false when there is
+// none.
+func (h *Handler) configuredPrincipal(tenant, id string) (identity.Principal, bool) {
+	if h.opts.Principals == nil {
+		return identity.Principal{}, false
+	}
+	for _, p := range h.opts.Principals() {
+		if p.ID == id && p.Tenant == tenant {
+			p.Scopes = append([]string(nil), p.Scopes...)
+			p.Attributes = maps.Clone(p.Attributes)
+			return p, true
+		}
+	}
+	return identity.Principal{}, false
+}
+
 // explain serves POST /v1/policy/explain.
 //
 // Who is explained: without principal, or with the caller's own id (and
 // tenant), the caller as authenticated (scopes in the body are ignored:
 // nobody can explain with scopes they do not hold). Another principal
 // needs AdminScope (403 forbidden, details.requiredScopes, otherwise) and
-// must be of the caller's tenant (tenant empty or equal): admins are
-// tenant-scoped.
+// must be of the caller's tenant (tenant empty or equal; 403 otherwise):
+// admins are tenant-scoped. Named by id alone (no scopes, no attributes),
+// it is the configured principal of that id in the caller's tenant (its
+// scopes and attributes; Options.Principals), and an id that is none
+// answers 404 not_found (details.field principal.id), whether it is
+// unknown or another tenant's. With scopes or attributes given it is a
+// hypothetical principal of the caller's tenant holding exactly those.
 //
 // Which tools: only a tool the caller may see, or a resource or prompt id
 // of a configured server (Options.Targets) some use of which the caller may
@@ -110,7 +133,16 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request, caller identit
 			return errcode.New(errcode.Forbidden, "an admin may explain the policy only for principals of its own tenant").
 				WithDetails(map[string]any{"field": "principal.tenant"})
 		}
-		subject = identity.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
+		if bp.Scopes == nil && bp.Attributes == nil {
+			p, ok := h.configuredPrincipal(caller.Tenant, bp.ID)
+			if !ok {
+				return errcode.Errorf(errcode.NotFound, "no configured principal %q in your tenant", clip(bp.ID, 200)).
+					WithDetails(map[string]any{"field": "principal.id"})
+			}
+			subject = p
+		} else {
+			subject = identity.Principal{ID: bp.ID, Tenant: caller.Tenant, Scopes: bp.Scopes, Attributes: bp.Attributes}
+		}
 	}
 	t, err := h.pipe.State().Catalog.Resolve(req.ToolID)
 	var target bool // a resource or prompt id, not a catalog tool

@@ -165,9 +165,13 @@ type Options struct {
 	// whose key is not here fails its signature check. Empty: that route
 	// is left out.
 	ReceiptKeys []ed25519.PublicKey
-	// Principals lists the configured principals (the API keys) for GET
-	// /v1/admin/tools/{toolId}/principals, which shows those of the
-	// caller's tenant; nil lists none. Must be safe for concurrent use.
+	// Principals lists the configured principals (the API keys, as
+	// auth.Authenticator.Principals returns them, following reloads) for
+	// GET /v1/admin/tools/{toolId}/principals, which shows those of the
+	// caller's tenant, and for POST /v1/policy/explain for another
+	// principal named by id alone (that configured principal of the
+	// caller's tenant; none: 404). Nil lists none. Must be safe for
+	// concurrent use.
 	Principals func() []identity.Principal
 	// PinAdmin, when set (Pins and Approve), serves the tool pinning
 	// endpoints under /v1/admin/tools/pending (pins.go); nil leaves them

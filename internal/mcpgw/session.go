@@ -137,7 +137,7 @@ func (ds *dsession) upstream(ctx context.Context, u *upstream) (*mcp.ClientSessi
 	defer cancel()
 	cs, err := c.waitUp(wctx)
 	if err == nil {
-		ds.sessionOpened(u.name)
+		ds.sessionOpened(ctx, u.name)
 	}
 	return cs, err
 }
@@ -239,7 +239,7 @@ func (ds *dsession) upHandlers() upHandlers {
 				}
 			}
 			if err != nil {
-				ds.g.log.Debug("mcp: relaying an upstream notification failed", "method", method, "err", err)
+				ds.g.log.DebugContext(ctx, "mcp: relaying an upstream notification failed", "method", method, "err", err)
 			}
 		},
 		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
@@ -411,8 +411,10 @@ func (ds *dsession) setLogLevel(ctx context.Context, p *mcp.SetLoggingLevelParam
 	}
 }
 
-// sessionOpened records tool.session.opened for server (once).
-func (ds *dsession) sessionOpened(server string) {
+// sessionOpened records tool.session.opened for server (once), under
+// ctx's values (not its cancellation): the call that opened the session,
+// whose trace ids a failure's log line carries.
+func (ds *dsession) sessionOpened(ctx context.Context, server string) {
 	ds.mu.Lock()
 	if _, ok := ds.opened[server]; ok || ds.id == "" || ds.closed {
 		ds.mu.Unlock()
@@ -424,19 +426,19 @@ func (ds *dsession) sessionOpened(server string) {
 	g := ds.g
 	now := time.Now()
 	toolID := "mcp:" + server
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if g.opts.Sessions != nil {
 		if err := g.opts.Sessions.OpenSession(ctx, &store.Session{SessionID: sid, Tenant: ds.principal.Tenant, RunID: ds.id,
 			ToolID: toolID, Server: server, OpenedAt: now}); err != nil && errcode.CodeOf(err) != errcode.Conflict {
-			g.log.Error("recording tool.session.opened", "err", err)
+			g.log.ErrorContext(ctx, "recording tool.session.opened", "err", err)
 		}
 	}
 	if g.opts.Events != nil {
 		if ev, err := audit.NewEvent(ds.id, audit.TypeSessionOpened, audit.SessionOpened{SessionID: sid, ToolID: toolID}, "", now); err == nil {
 			ev.Tenant, ev.Principal = ds.principal.Tenant, ds.principal.ID
 			if err := g.opts.Events.Append(ctx, ev); err != nil {
-				g.log.Error("recording tool.session.opened", "err", err)
+				g.log.ErrorContext(ctx, "recording tool.session.opened", "err", err)
 			}
 		}
 	}

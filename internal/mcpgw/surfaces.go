@@ -158,7 +158,7 @@ func (g *Gateway) prefixed() bool {
 func (g *Gateway) listSession(ctx context.Context, ds *dsession, server, method string) *mcp.ClientSession {
 	cs, err := g.sessionFor(ctx, ds, g.ups[server])
 	if err != nil {
-		g.log.Warn("upstream "+method+" skipped: no session", "server", server, "err", g.pipe.Redactor().RedactString(err.Error()))
+		g.log.WarnContext(ctx, "upstream "+method+" skipped: no session", "server", server, "err", g.pipe.Redactor().RedactString(err.Error()))
 		return nil
 	}
 	return cs

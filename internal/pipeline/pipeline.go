@@ -770,6 +770,9 @@ func (p *Pipeline) call(ctx context.Context, call Call) (_ *Result, retErr error
 		var span trace.Span
 		ctx, span = p.startCallSpan(ctx, cs)
 		defer func() { endCallSpan(span, res, retErr) }()
+		// The audit writes' context carries the span too, so that the
+		// log lines written with it carry the call's trace ids.
+		cs.rec = trace.ContextWithSpan(cs.rec, span)
 	}
 	// decide
 	res.Decision = p.decide(ctx, cs)
@@ -1407,6 +1410,10 @@ func (p *Pipeline) afterHooks(ctx context.Context, cs *callState, o *hook.Outcom
 			p.opts.Logger.WarnContext(ctx, "hook failed after the call", "hook", reg.Name, "mode", reg.Mode, "err", msg)
 			continue
 		}
+		// The agent sees result_withheld; the operator log says why (the
+		// hook's own failure, redacted), with the call's trace ids.
+		p.opts.Logger.WarnContext(ctx, "enforce hook failed after the call; result withheld", "callId", cs.res.CallID, "toolId", cs.res.ToolID,
+			"hook", reg.Name, "err", msg)
 		return errcode.Errorf(errcode.ResultWithheld, "hook %s withheld the result (fail closed): %s", reg.Name, msg).
 			WithDetails(map[string]any{"scope": "tool", "toolName": cs.res.ToolID, "hook": reg.Name})
 	}
@@ -1478,7 +1485,7 @@ func (p *Pipeline) unrecorded(cs *callState, err error) (*Result, error) {
 	}
 	res.Status, res.Output = audit.StatusError, nil
 	res.ReceiptID = "" // its receipt was not stored: name none
-	p.opts.Logger.Error("audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,
+	p.opts.Logger.ErrorContext(cs.rec, "audit store write failed; call answered audit_unavailable", "callId", res.CallID, "toolId", res.ToolID,
 		"ran", res.Ran, "err", cs.red.RedactString(err.Error()))
 	if res.Ran {
 		res.Err = errcode.New(errcode.AuditUnavailable, "the tool ran, but the audit store could not record its outcome: the result is withheld").

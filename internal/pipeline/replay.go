@@ -277,7 +277,7 @@ func (p *Pipeline) record(cs *callState) {
 	res := cs.res
 	args, err := cs.red.RedactJSON(cs.args)
 	if err != nil {
-		p.opts.Logger.Error("recording: arguments do not redact; call not recorded", "callId", res.CallID)
+		p.opts.Logger.ErrorContext(cs.rec, "recording: arguments do not redact; call not recorded", "callId", res.CallID)
 		return
 	}
 	rc := &store.RecordedCall{
@@ -301,7 +301,7 @@ func (p *Pipeline) record(cs *callState) {
 		red, err := cs.red.RedactJSON(res.Output)
 		switch {
 		case err != nil:
-			p.opts.Logger.Error("recording: result does not redact; result not recorded", "callId", res.CallID)
+			p.opts.Logger.ErrorContext(cs.rec, "recording: result does not redact; result not recorded", "callId", res.CallID)
 		case sameCanonical(red, res.Output):
 			// The redaction removed nothing: the result is stored byte for
 			// byte, so it hashes to the receipt's resultHash.
@@ -312,6 +312,6 @@ func (p *Pipeline) record(cs *callState) {
 		}
 	}
 	if err := p.opts.Recordings.AppendRecordedCall(cs.rec, rc); err != nil {
-		p.opts.Logger.Error("recording: store failed; call not recorded", "callId", res.CallID, "err", cs.red.RedactString(err.Error()))
+		p.opts.Logger.ErrorContext(cs.rec, "recording: store failed; call not recorded", "callId", res.CallID, "err", cs.red.RedactString(err.Error()))
 	}
 }

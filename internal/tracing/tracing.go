@@ -24,6 +24,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 
@@ -142,7 +143,7 @@ func newExporter(ctx context.Context, cfg config.Tracing, getenv func(string) st
 	} else {
 		var opts []otlptracehttp.Option
 		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracehttp.WithEndpointURL(cfg.Endpoint))
+			opts = append(opts, otlptracehttp.WithEndpointURL(httpTracesURL(cfg.Endpoint)))
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)
 	}
@@ -150,6 +151,21 @@ func newExporter(ctx context.Context, cfg config.Tracing, getenv func(string) st
 		return nil, errcode.Wrap(errcode.InvalidConfig, err, "observability.tracing: building the OTLP "+proto+" exporter")
 	}
 	return exp, nil
+}
+
+// httpTracesURL is endpoint with the OTLP/HTTP traces path /v1/traces when
+// its path is empty (or "/"), as docs/CONFIG.md documents: the exporter's
+// WithEndpointURL takes the path as given. An explicit path is kept; a
+// value that does not parse is passed on for the exporter to refuse.
+func httpTracesURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return endpoint
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path, u.RawPath = "/v1/traces", ""
+	}
+	return u.String()
 }
 
 // Tracer is toolgate's tracer, or nil when p is nil (tracing off).

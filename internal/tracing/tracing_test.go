@@ -97,3 +97,41 @@ func TestPropagation(t *testing.T) {
 		t.Errorf("traceparents sent: %q", got)
 	}
 }
+
+// An http endpoint as docs/CONFIG.md shows it (scheme, host and port, no
+// path) exports to /v1/traces; an explicit path is kept as given. The
+// receiver is an in-process OTLP/HTTP server recording each POST's path.
+func TestHTTPEndpointDefaultsTracesPath(t *testing.T) {
+	for _, c := range []struct{ suffix, want string }{
+		{"", "/v1/traces"},
+		{"/", "/v1/traces"},
+		{"/custom/traces", "/custom/traces"},
+	} {
+		paths := make(chan string, 4)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				paths <- r.URL.Path
+			}
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			w.WriteHeader(http.StatusOK)
+		}))
+		p, err := tracing.New(t.Context(), config.Tracing{Enabled: true, Endpoint: srv.URL + c.suffix, Protocol: "http"}, tracing.Options{Syncer: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, span := p.Tracer().Start(t.Context(), "probe")
+		span.End() // exported synchronously
+		if err := p.Shutdown(t.Context()); err != nil {
+			t.Errorf("endpoint %q: shutdown: %v", srv.URL+c.suffix, err)
+		}
+		select {
+		case got := <-paths:
+			if got != c.want {
+				t.Errorf("endpoint %q: receiver got POST %s, want %s", srv.URL+c.suffix, got, c.want)
+			}
+		default:
+			t.Errorf("endpoint %q: the receiver got no export", srv.URL+c.suffix)
+		}
+		srv.Close()
+	}
+}
