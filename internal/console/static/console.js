@@ -114,7 +114,7 @@
       var t = el("td"); t.appendChild(el("code", c.tool)); r.appendChild(t);
       r.appendChild(el("td", c.principal, "principal"));
       r.appendChild(el("td", c.status, "status status-" + c.status));
-      r.appendChild(el("td", c.rule || "—", "rule"));
+      r.appendChild(el("td", (c.rule || "—") + (c.would ? " (would deny: " + c.would + ")" : ""), "rule"));
       r.appendChild(el("td", c.duration === null ? "" : c.duration + " ms", "duration"));
       r.appendChild(el("td", c.runId, "run"));
       r.hidden = !matches(c);
@@ -147,14 +147,19 @@
       if (ev.type === "agent.toolCalled") {
         c.tool = p.toolId || p.toolName || c.tool;
         c.principal = p.principal || "";
-        if (p.wouldRuleId) c.rule = "would deny: " + p.wouldRuleId;
+        if (p.wouldRuleId) c.would = p.wouldRuleId;
       } else if (ev.type === "agent.toolReturned") {
         if (!c.tool) c.tool = p.toolName || "";
         c.status = p.status || "";
         if (p.receiptId) c.receiptId = p.receiptId;
         if (p.durationMs !== undefined && p.durationMs !== null) c.duration = p.durationMs;
-        if (p.error && p.error.details && p.error.details.ruleId) c.rule = p.error.details.ruleId;
-        else if (p.error && p.error.code && !c.rule) c.rule = p.error.code;
+        // The deciding rule, for every call: toolReturned's ruleId (the
+        // receipt's decision.ruleId), else a refusal's error details;
+        // a refusal before any rule decided shows its error code.
+        if (p.ruleId) c.rule = p.ruleId;
+        else if (p.error && p.error.details && p.error.details.ruleId) c.rule = p.error.details.ruleId;
+        else if (p.error && p.error.code) c.rule = p.error.code;
+        else c.rule = "(default)";
       }
       render(c);
     };
