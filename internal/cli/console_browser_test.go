@@ -496,7 +496,7 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	}
 	waitJS(t, dave, "dave sees the pending approval", `document.querySelector("#approval-rows tr.approval button.approve") !== null`, 10*time.Second)
 	row := js[map[string]string](t, dave, `(() => { const r = document.querySelector("#approval-rows tr.approval"); return {id: r.dataset.approvalId, text: r.textContent}; })()`)
-	if row["id"] != id || !strings.Contains(row["text"], "mcp:up.write") || !strings.Contains(row["text"], "alice") || !strings.Contains(row["text"], "ship it") {
+	if row["id"] != id || !strings.Contains(row["text"], "mcp:up.write") || !strings.Contains(row["text"], "alice") || !strings.Contains(row["text"], "ship it") || !strings.Contains(row["text"], "writes need a human") {
 		t.Errorf("dave's approval row: %v", row)
 	}
 	// Tenant scoping: eve, an approver of tenant t2, sees no approval of

@@ -177,6 +177,7 @@
       r.dataset.approvalId = a.id;
       var t = el("td"); t.appendChild(el("code", a.toolId)); r.appendChild(t);
       r.appendChild(el("td", a.principal, "requester"));
+      r.appendChild(el("td", a.requestReason || "—", "request-reason"));
       r.appendChild(el("td", a.argsSummary || "(hash " + (a.argsHash || "").slice(0, 12) + "…)", "args"));
       r.appendChild(el("td", a.createdAt));
       r.appendChild(el("td", a.expiresAt, "expires"));
@@ -207,7 +208,7 @@
         var list = j.approvals || [];
         tbody.replaceChildren();
         if (list.length === 0) {
-          var e = el("tr"); var td = el("td", "No pending approval.", "none"); td.colSpan = 6; td.id = "approvals-empty";
+          var e = el("tr"); var td = el("td", "No pending approval.", "none"); td.colSpan = 7; td.id = "approvals-empty";
           e.appendChild(td); tbody.appendChild(e);
         }
         list.forEach(function (a) { tbody.appendChild(row(a)); });
