@@ -427,7 +427,8 @@ func (m *Manager) pendingFor(ctx context.Context, b Binding) (*store.Approval, *
 		m.sawExpired(as[i].ID) // pending past its expiry: a new one is requested
 	}
 	a := &store.Approval{ID: newID(), Tenant: b.Tenant, Principal: b.Principal, ToolID: b.ToolID, ArgsHash: b.ArgsHash,
-		ArgsBinding: b.binding, ArgsSummary: m.opts.Redactor.RedactString(b.ArgsSummary), CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
+		ArgsBinding: b.binding, ArgsSummary: m.opts.Redactor.RedactString(b.ArgsSummary),
+		RequestReason: m.opts.Redactor.RedactString(requestReason(b)), CreatedAt: now, ExpiresAt: now.Add(m.opts.TTL)}
 	if err := m.opts.Store.CreateApproval(wctx, a); err != nil {
 		return nil, errcode.Wrap(errcode.AuditUnavailable, err, "storing the approval")
 	}
@@ -556,4 +557,16 @@ func newID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return "apr_" + hex.EncodeToString(b[:])
+}
+
+// requestReason is what an approver is told of why b needs approval: the
+// rule's reason, else the rule's id.
+func requestReason(b Binding) string {
+	switch {
+	case b.Reason != "":
+		return b.Reason
+	case b.RuleID != "":
+		return "rule " + b.RuleID + " requires approval"
+	}
+	return ""
 }

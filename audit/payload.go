@@ -331,7 +331,8 @@ func isSHA256Hex(s string) bool {
 // be recorded without a failure discriminator.
 //
 // JSON: agentId, toolName, callId, parentCallId?, status, outcome?, error?,
-// durationMs? (integer milliseconds ≥ 0). The zero ToolReturned is invalid:
+// durationMs? (integer milliseconds ≥ 0), receiptId?, ruleId? (WithReceipt,
+// WithRule). The zero ToolReturned is invalid:
 // it fails Validate and MarshalJSON. A ToolReturned is an immutable value,
 // safe for concurrent use.
 type ToolReturned struct {
@@ -342,6 +343,7 @@ type ToolReturned struct {
 	durationMs int64
 	ran        bool
 	receiptID  string
+	ruleID     string
 }
 
 // durationMillis converts d to whole milliseconds, rounding down; a negative
@@ -466,6 +468,22 @@ func (r ToolReturned) WithReceipt(id string) ToolReturned {
 // ReceiptID returns the receipt the event names ("" when none).
 func (r ToolReturned) ReceiptID() string { return r.receiptID }
 
+// WithRule returns r naming id as the policy rule that decided the call
+// (the member "ruleId", a toolgate extension like receiptId: the same
+// rule id the call's receipt records in decision.ruleId), for allowed
+// calls as for refused ones, so an audit reader sees the deciding rule
+// without reading the receipt. A rule id is configuration, not call
+// content. "" (no rule decided: the policy default, or a refusal before
+// the decision) removes it. Validate requires 1–256 bytes of valid UTF-8
+// when set.
+func (r ToolReturned) WithRule(id string) ToolReturned {
+	r.ruleID = id
+	return r
+}
+
+// RuleID returns the deciding rule the event names ("" when none).
+func (r ToolReturned) RuleID() string { return r.ruleID }
+
 // Validate checks r against agentToolReturned and the RFC 0064 §F rules
 // listed on ToolReturned. Every ToolReturned built by this package's
 // constructors passes except ReturnedOK with an invalid ref; the zero value
@@ -482,6 +500,11 @@ func (r ToolReturned) Validate() error {
 	}
 	if r.receiptID != "" {
 		if err := checkID("receiptId", r.receiptID, 1, 256); err != nil {
+			return err
+		}
+	}
+	if r.ruleID != "" {
+		if err := checkID("ruleId", r.ruleID, 1, 256); err != nil {
 			return err
 		}
 	}
@@ -532,6 +555,7 @@ type returnedWire struct {
 	Error        *ErrorObject    `json:"error,omitempty"`
 	DurationMs   *int64          `json:"durationMs,omitempty"`
 	ReceiptID    string          `json:"receiptId,omitempty"`
+	RuleID       string          `json:"ruleId,omitempty"`
 }
 
 // MarshalJSON encodes r (see ToolReturned for the shape), byte for byte as
@@ -579,6 +603,10 @@ func (r *ToolReturned) appendJSON(b []byte) ([]byte, error) {
 	if r.receiptID != "" {
 		b = append(b, `,"receiptId":`...)
 		b = appendJSONString(b, r.receiptID)
+	}
+	if r.ruleID != "" {
+		b = append(b, `,"ruleId":`...)
+		b = appendJSONString(b, r.ruleID)
 	}
 	return append(b, '}'), nil
 }
@@ -647,6 +675,7 @@ func (r *ToolReturned) UnmarshalJSON(data []byte) error {
 		outcome:   w.Outcome,
 		err:       w.Error,
 		receiptID: w.ReceiptID,
+		ruleID:    w.RuleID,
 	}
 	if w.DurationMs != nil {
 		v.durationMs, v.ran = *w.DurationMs, true

@@ -671,3 +671,27 @@ func FuzzReturnedEventPairing(f *testing.F) {
 		}
 	})
 }
+
+// TestReturnedRuleAndReceipt: WithRule and WithReceipt add the members
+// ruleId and receiptId (after durationMs), which survive a round trip; ""
+// removes them; an over-long rule id fails Validate.
+func TestReturnedRuleAndReceipt(t *testing.T) {
+	r := audit.ReturnedOK(testRef, nil, 3*time.Millisecond).WithReceipt("rcpt_1").WithRule("allow-ok")
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(raw), `,"durationMs":3,"receiptId":"rcpt_1","ruleId":"allow-ok"}`) {
+		t.Errorf("JSON %s", raw)
+	}
+	var got audit.ToolReturned
+	if err := json.Unmarshal(raw, &got); err != nil || got.RuleID() != "allow-ok" || got.ReceiptID() != "rcpt_1" || !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip: %v %#v", err, got)
+	}
+	if raw, _ := json.Marshal(r.WithRule("")); strings.Contains(string(raw), "ruleId") {
+		t.Errorf("WithRule(\"\") kept it: %s", raw)
+	}
+	if err := r.WithRule(strings.Repeat("x", 257)).Validate(); errcode.CodeOf(err) != errcode.InvalidArgument {
+		t.Errorf("a 257-byte rule id: %v", err)
+	}
+}

@@ -50,10 +50,14 @@ type Approval struct {
 	// SR-1-redacted canonical JSON, cut short (approval.MaxArgsSummary);
 	// "" for approvals stored without one. Optional; valid UTF-8, at most
 	// 64 KiB.
-	ArgsSummary string         `json:"argsSummary,omitempty"`
-	Status      ApprovalStatus `json:"status"`             // see the ApprovalStatus constants
-	CreatedAt   time.Time      `json:"createdAt"`          // required
-	ExpiresAt   time.Time      `json:"expiresAt,omitzero"` // zero: never expires; else after CreatedAt
+	ArgsSummary string `json:"argsSummary,omitempty"`
+	// RequestReason is why the call needs approval: the require_approval
+	// rule's reason (SR-1 redacted; approval.Manager sets it, falling back
+	// to naming the rule). Optional; valid UTF-8, at most 64 KiB.
+	RequestReason string         `json:"requestReason,omitempty"`
+	Status        ApprovalStatus `json:"status"`             // see the ApprovalStatus constants
+	CreatedAt     time.Time      `json:"createdAt"`          // required
+	ExpiresAt     time.Time      `json:"expiresAt,omitzero"` // zero: never expires; else after CreatedAt
 	// ResolvedBy, Reason and ResolvedAt are set by Resolve; all three are
 	// empty while pending.
 	ResolvedBy string    `json:"resolvedBy,omitempty"` // who decided (an approver id, or the expiry sweeper)
@@ -81,8 +85,8 @@ func (a *Approval) Validate() error {
 	if err := checkString("id", a.ID, true, 256); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}, {"argsBinding", a.ArgsBinding}, {"argsSummary", a.ArgsSummary}} {
-		if err := checkString(f.name, f.v, f.name != "tenant" && f.name != "argsBinding" && f.name != "argsSummary", 1<<16); err != nil {
+	for _, f := range []struct{ name, v string }{{"tenant", a.Tenant}, {"principal", a.Principal}, {"toolId", a.ToolID}, {"argsHash", a.ArgsHash}, {"argsBinding", a.ArgsBinding}, {"argsSummary", a.ArgsSummary}, {"requestReason", a.RequestReason}} {
+		if err := checkString(f.name, f.v, f.name != "tenant" && f.name != "argsBinding" && f.name != "argsSummary" && f.name != "requestReason", 1<<16); err != nil {
 			return err
 		}
 	}

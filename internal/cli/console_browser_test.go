@@ -210,6 +210,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		keys[p.id] = k
 		fmt.Fprintf(&keyLines, "    - {id: %s, key_sha256: %q, tenant: %s, scopes: %s}\n", p.id, auth.HashKey(k), p.tenant, p.scopes)
 	}
+	// A credential from a file (configured) and one from an unset
+	// environment variable (missing), for the Catalog's Credential column.
+	credFile := filepath.Join(dir, "filed.key")
+	if err := os.WriteFile(credFile, []byte("not-a-real-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TOOLGATE_CONSOLE_TEST_UNSET_KEY", "")
 	cfgFile := filepath.Join(dir, "toolgate.yaml")
 	if err := os.WriteFile(cfgFile, fmt.Appendf(nil, `listen: 127.0.0.1:0
 store: {driver: sqlite, dsn: %q}
@@ -219,6 +226,13 @@ auth:
 %s  jwt: {issuer: %q, audience: toolgate, jwks_url: %q}
 servers:
   - {name: up, url: %q}
+credentials:
+  unset-key: {env: TOOLGATE_CONSOLE_TEST_UNSET_KEY}
+  filed-key: {file: %q}
+http_tools:
+  - {name: keyed, url: "http://127.0.0.1:1/k", headers: {X-Api-Key: "{{credential:unset-key}}"}}
+  - {name: filed, url: "http://127.0.0.1:1/f", headers: {X-Api-Key: "{{credential:filed-key}}"}}
+  - {name: plain, url: "http://127.0.0.1:1/p"}
 tools:
   - {match: "mcp:up.*", safety_tier: read, egress: none}
   - {match: "mcp:up.write", safety_tier: write}
@@ -228,9 +242,10 @@ policy:
   rules:
     - {id: echo, effect: allow, tools: ["mcp:up.echo", "mcp:up.secret"]}
     - {id: writers, effect: allow, tools: ["mcp:up.write"]}
+    - {id: http-tools, effect: allow, tools: ["http:*"]}
     - {id: writes-need-approval, effect: require_approval, tools: ["mcp:up.write"], when: 'has(args.text)', reason: "writes need a human"}
 approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
-`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), keyLines.String(), issURL, issURL+"/jwks", upURL+"/"), 0o600); err != nil {
+`, filepath.Join(dir, "toolgate.db"), filepath.Join(dir, "toolgate.key"), keyLines.String(), issURL, issURL+"/jwks", upURL+"/", credFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base, logs := startServeInProcess(t, cfgFile)
@@ -359,7 +374,12 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 		}
 		var want []string
 		for _, tl := range res.Tools {
-			want = append(want, "mcp:up."+tl.Name)
+			switch tl.Name {
+			case "keyed", "filed", "plain":
+				want = append(want, "http:"+tl.Name)
+			default:
+				want = append(want, "mcp:up."+tl.Name)
+			}
 		}
 		slices.Sort(want)
 		got := js[[]string](t, c.tab, `Array.from(document.querySelectorAll("#catalog tr.tool")).map(r => r.dataset.toolId).sort()`)
@@ -387,6 +407,11 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	if vis["mcp:up.echo"] != "alice, dave" || vis["mcp:up.secret"] != "dave" {
 		t.Errorf("admin's visible-to column: %v", vis)
 	}
+	// The Credential column says whether a needed credential resolves.
+	creds := js[map[string]string](t, dave, `Object.fromEntries(Array.from(document.querySelectorAll("#catalog tr.tool")).map(r => [r.dataset.toolId, r.querySelector(".credential").textContent]))`)
+	if creds["http:keyed"] != "needed, missing" || creds["http:filed"] != "needed, configured" || creds["http:plain"] != "no" || creds["mcp:up.echo"] != "no" {
+		t.Errorf("catalog credential column: %v", creds)
+	}
 	screenshot(t, dave, shots, "catalog")
 
 	// 3. A call made through MCP appears in live audit within 2 s.
@@ -403,6 +428,11 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 		`Array.from(document.querySelectorAll("#audit-rows tr.call")).some(r => r.dataset.tool === "mcp:up.echo" && r.dataset.status === "ok" && r.querySelector(".principal").textContent === "alice")`,
 		4*time.Second) // the issue's 2 s, with a margin for a loaded CI machine; the figure is logged
 	t.Logf("live audit: the call (%s) was shown %s after it returned (issue target: 2 s)", callMs.Round(time.Millisecond), seen.Round(time.Millisecond))
+	// An allowed call shows the rule that allowed it, as a refusal shows
+	// the rule that refused it.
+	if rule := js[string](t, dave, `Array.from(document.querySelectorAll("#audit-rows tr.call")).find(r => r.dataset.tool === "mcp:up.echo").querySelector(".rule").textContent`); rule != "echo" {
+		t.Errorf("live audit: the allowed echo call's rule is %q, want echo", rule)
+	}
 	// The status filter hides it; clearing it shows it again.
 	if err := chromedp.Do(dave, chromedp.SetValue(chromedp.CSS("#filter-status"), "error"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("filter-status").dispatchEvent(new Event("input"))`)); err != nil {
@@ -466,7 +496,7 @@ approvals: {ttl: 1h, wait: 20s, approvers_scope: "toolgate:approve"}
 	}
 	waitJS(t, dave, "dave sees the pending approval", `document.querySelector("#approval-rows tr.approval button.approve") !== null`, 10*time.Second)
 	row := js[map[string]string](t, dave, `(() => { const r = document.querySelector("#approval-rows tr.approval"); return {id: r.dataset.approvalId, text: r.textContent}; })()`)
-	if row["id"] != id || !strings.Contains(row["text"], "mcp:up.write") || !strings.Contains(row["text"], "alice") || !strings.Contains(row["text"], "ship it") {
+	if row["id"] != id || !strings.Contains(row["text"], "mcp:up.write") || !strings.Contains(row["text"], "alice") || !strings.Contains(row["text"], "ship it") || !strings.Contains(row["text"], "writes need a human") {
 		t.Errorf("dave's approval row: %v", row)
 	}
 	// Tenant scoping: eve, an approver of tenant t2, sees no approval of

@@ -12,7 +12,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -521,5 +523,107 @@ func (o *observeServe) approvalOutcomes(t *testing.T) {
 	code, body := o.get(t, "caller-one", http.MethodPost, "/v1/calls", `{"toolId":"mcp:up.apr","args":{"n":3}}`)
 	if !strings.Contains(body, "approval_expired") {
 		t.Fatalf("unresolved call: %d %s, want approval_expired", code, body)
+	}
+}
+
+// TestServeReceiptsConcurrentTenantsAccounted: two tenants calling at the
+// same time share checkpointed batches; paging /v1/receipts as each
+// tenant, every page verifies offline, no page holds the other tenant's
+// receipt, and the receipts served plus those the Toolgate-Receipts-Skipped
+// header counts are exactly the tenant's calls (none vanishes silently);
+// a page that withholds none starts exactly at ?from=.
+func TestServeReceiptsConcurrentTenantsAccounted(t *testing.T) {
+	o := startObserveServe(t)
+	want := map[string]int{}
+	page := func(keyID, tenant string, limit int) (served, skipped int) {
+		for from := "0"; from != ""; {
+			code, hdr, body := o.do(t, keyID, http.MethodGet, fmt.Sprintf("/v1/receipts?limit=%d&from=%s", limit, from), "")
+			if code != 200 {
+				t.Fatalf("%s page from %s: %d %s", keyID, from, code, body)
+			}
+			n, err := strconv.Atoi(hdr.Get(httpapi.HeaderReceiptsSkipped))
+			if err != nil {
+				t.Fatalf("%s page from %s: %s header %q", keyID, from, httpapi.HeaderReceiptsSkipped, hdr.Get(httpapi.HeaderReceiptsSkipped))
+			}
+			skipped += n
+			ids := receiptIDs(t, body)
+			served += len(ids)
+			if len(ids) > 0 {
+				if n == 0 && hdr.Get(httpapi.HeaderReceiptsFrom) != from {
+					t.Errorf("%s page from %s starts at %s with nothing skipped", keyID, from, hdr.Get(httpapi.HeaderReceiptsFrom))
+				}
+				if vc, out := o.verify(t, body, hdr.Get(httpapi.HeaderReceiptsFrom)); vc != 0 {
+					t.Errorf("%s page from %s does not verify: %s", keyID, from, out)
+				}
+				other := `"tenant":"t2"`
+				if tenant == "t2" {
+					other = `"tenant":"t1"`
+				}
+				if strings.Contains(body, other) {
+					t.Errorf("%s page from %s holds the other tenant's receipt", keyID, from)
+				}
+			}
+			from = hdr.Get(httpapi.HeaderReceiptsNext)
+		}
+		return served, skipped
+	}
+	// Rounds of concurrent calls until the group commit has mixed the
+	// tenants in a batch (the defect's trigger), at most 20 rounds.
+	mixed := false
+	for round := 0; round < 20 && !mixed; round++ {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			key, tenant := "auditor-one", "t1"
+			if i%2 == 1 {
+				key, tenant = "auditor-two", "t2"
+			}
+			want[tenant]++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, body := o.call(t, key, "mcp:up.ok", `{}`)
+				if code != 200 {
+					t.Errorf("%s: %d %v", key, code, body)
+				}
+			}()
+		}
+		wg.Wait()
+		// Receipts are checkpointed after the response: wait for the
+		// chain's checkpoint to cover every call before paging.
+		waitUntil(t, 30*time.Second, "checkpoint covers the calls", func() bool {
+			s1, k1 := page("auditor-one", "t1", 1000)
+			s2, k2 := page("auditor-two", "t2", 1000)
+			return s1+k1 == want["t1"] && s2+k2 == want["t2"]
+		})
+		_, k1 := page("auditor-one", "t1", 1000)
+		mixed = k1 > 0
+	}
+	if !mixed {
+		t.Fatal("20 rounds of concurrent calls never shared a batch between tenants")
+	}
+	for _, c := range []struct {
+		key, tenant string
+		limit       int
+	}{{"auditor-one", "t1", 1000}, {"auditor-one", "t1", 3}, {"auditor-two", "t2", 1000}, {"auditor-two", "t2", 2}} {
+		served, skipped := page(c.key, c.tenant, c.limit)
+		if served+skipped != want[c.tenant] {
+			t.Errorf("%s limit %d: %d served + %d skipped, want %d calls", c.key, c.limit, served, skipped, want[c.tenant])
+		}
+	}
+}
+
+// TestServeReceiptsUnknownChain: ?chain= naming no chain the store holds
+// is 404 not_found, not an empty page.
+func TestServeReceiptsUnknownChain(t *testing.T) {
+	o := startObserveServe(t)
+	if code, body := o.call(t, "auditor-one", "mcp:up.ok", `{}`); code != 200 {
+		t.Fatalf("call: %d %v", code, body)
+	}
+	code, body := o.get(t, "auditor-one", http.MethodGet, "/v1/receipts?chain=nosuch", "")
+	if code != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
+		t.Errorf("unknown chain: %d %s", code, body)
+	}
+	if code, body := o.get(t, "auditor-one", http.MethodGet, "/v1/receipts", ""); code != 200 {
+		t.Errorf("own chain: %d %s", code, body)
 	}
 }

@@ -133,6 +133,11 @@ func loadCandidate(path string, cur *config.Config) (candidate, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return candidate{}, usage("--candidate %s: YAML: %v", path, err)
 	}
+	if len(root.Content) == 0 || (root.Content[0].Kind == yaml.MappingNode && len(root.Content[0].Content) == 0) ||
+		(root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null") {
+		// Not a deny-everything policy: an empty file is a mistake.
+		return candidate{}, usage("--candidate %s: the file is empty (no policy: give a configuration or a policy document with rules)", path)
+	}
 	whole := false
 	if len(root.Content) == 1 && root.Content[0].Kind == yaml.MappingNode {
 		m := root.Content[0]
@@ -186,6 +191,9 @@ changes; 1 when the store cannot be read; 2 for a usage error.`,
 		Example: `  toolgate policy diff --config toolgate.yaml --candidate new-policy.yaml --tenant acme --since 7d`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if strings.TrimSpace(tenant) == "" {
+				return usage("--tenant: empty; name the tenant whose calls to read (reads are tenant-scoped)")
+			}
 			cfg, err := loadConfig(file)
 			if err != nil {
 				return err
@@ -530,7 +538,9 @@ func writeDiffText(w io.Writer, rep diffReport) {
 		}
 		switch g.Kind {
 		case diffNotEvaluated:
-			fmt.Fprintf(w, "  %s  %s  %d call(s)\n", g.ToolID, g.Reason, g.Count)
+			// Groups differ by the old rule and effect: show them, so two
+			// groups of one tool and reason are told apart.
+			fmt.Fprintf(w, "  %s → ?  %s  %s → ?  %d call(s)\n    (%s)\n", g.OldRule, g.ToolID, g.OldEffect, g.Count, g.Reason)
 		default:
 			newEffect := g.NewEffect
 			if newEffect == "" {

@@ -347,6 +347,11 @@ func TestPolicyDiffUsage(t *testing.T) {
 		{[]string{"--config", cfg, "--candidate", bad}, `"tenant" not set`},
 		{[]string{"--config", cfg, "--candidate", bad, "--tenant", "t", "--since", "soon"}, "--since"},
 		{[]string{"--config", cfg, "--candidate", bad, "--tenant", "t"}, "bad.yaml:3:"},
+		{[]string{"--config", cfg, "--candidate", bad, "--tenant", ""}, "--tenant: empty"},
+		{[]string{"--config", cfg, "--candidate", bad, "--tenant", " "}, "--tenant: empty"},
+		{[]string{"--config", cfg, "--candidate", writeFile(t, "empty.yaml", ""), "--tenant", "t"}, "empty.yaml: the file is empty"},
+		{[]string{"--config", cfg, "--candidate", writeFile(t, "comment.yaml", "# nothing yet\n"), "--tenant", "t"}, "the file is empty"},
+		{[]string{"--config", cfg, "--candidate", writeFile(t, "braces.yaml", "{}\n"), "--tenant", "t"}, "the file is empty"},
 	} {
 		code, _, errOut := run(t, "", append([]string{"policy", "diff"}, tc.args...)...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
@@ -381,5 +386,39 @@ rules:
 	if rep.Calls != 3 || rep.WouldChange != 1 || len(rep.Groups) != 1 || rep.Groups[0].OldRule != "files" ||
 		rep.Groups[0].NewRule != "only-srv" || !slices.Equal(groupCalls(rep.Groups[0]), []string{home}) {
 		t.Errorf("report: %+v", rep)
+	}
+}
+
+// TestPolicyDiffNotEvaluatedText: calls of an unknown principal on one
+// tool decided by different old rules are separate groups, and the text
+// report tells them apart by their old rule and effect (not the same
+// tool-and-reason line twice).
+func TestPolicyDiffNotEvaluatedText(t *testing.T) {
+	g := startDiffGateway(t, "full")
+	allowed, _ := g.call(t, "caller-two", "mcp:up.file", `{"path":"/tmp/c"}`)
+	denied, st := g.call(t, "caller-two", "mcp:up.file", `{"path":"/etc/x"}`)
+	if st != "forbidden" {
+		t.Fatalf("/etc/x: %s", st)
+	}
+	cand := writeFile(t, "candidate.yaml", "default: deny\nrules:\n  - {id: ok, effect: allow, tools: [\"mcp:up.ok\"]}\n")
+	noTwo := g.config(t, "no-two.yaml", "full", "http://127.0.0.1:1/mcp", "caller-one", "other")
+	code, out, errOut := run(t, "", "policy", "diff", "--config", noTwo, "--candidate", cand, "--tenant", "t1")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, w := range []string{"files → ?  mcp:up.file  allow → ?  1 call(s)", "no-etc → ?  mcp:up.file  deny → ?  1 call(s)",
+		`(unknown principal "caller-two"`, "call " + allowed, "call " + denied} {
+		if !strings.Contains(out, w) {
+			t.Errorf("text report lacks %q:\n%s", w, out)
+		}
+	}
+	seen := map[string]bool{}
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "    ") {
+			if seen[line] {
+				t.Errorf("group line repeated: %q\n%s", line, out)
+			}
+			seen[line] = true
+		}
 	}
 }

@@ -303,8 +303,12 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 		return failure("%v", err)
 	}
 	var https []mcpgw.Native
+	toolCreds := map[string][]string{} // toolId → the credentials its requests reference
 	for _, t := range httpTools {
 		https = append(https, mcpgw.Native{Descriptor: t.Descriptor, Invoker: t.Invoker, Source: t.Source})
+		if len(t.Credentials) > 0 {
+			toolCreds[t.Descriptor.ToolID] = t.Credentials
+		}
 	}
 	refusals := auth.NewRefusals(logger)
 	firstAuth, err := auth.New(ctx, cfg.Auth, auth.Options{Refusals: refusals})
@@ -343,7 +347,8 @@ func serve(ctx context.Context, stdout, stderr io.Writer, file, listen, filesDir
 	// The web console (issue 16 point 4): a client of the same API handler
 	// code, behind a session signed in with the same authenticator.
 	ui, err := console.New(console.Options{API: apiOpts, SignIn: authn, Logger: logger,
-		Principals: func() []policy.Principal { return authn.cur.Load().Principals() }})
+		Principals:        func() []policy.Principal { return authn.cur.Load().Principals() },
+		CredentialMissing: func(toolID string) bool { return credentialMissing(cfg, toolCreds[toolID]) }})
 	if err != nil {
 		return failure("%v", err)
 	}
@@ -682,4 +687,21 @@ func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if l := redisLog.Load(); l != nil {
 		l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 	}
+}
+
+// credentialMissing reports whether one of the credentials names would not
+// resolve now (undeclared, its environment variable unset or empty, its
+// file unreadable): the check a call makes when it expands them (the value
+// read is discarded at once).
+func credentialMissing(cfg *config.Config, names []string) bool {
+	for _, n := range names {
+		c, ok := cfg.Credentials[n]
+		if !ok {
+			return true
+		}
+		if _, err := c.Resolve(n); err != nil {
+			return true
+		}
+	}
+	return false
 }

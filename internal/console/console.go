@@ -139,6 +139,13 @@ type Options struct {
 	// of its own tenant's principals may see each tool (pipeline.Disclose
 	// for each).
 	Principals func() []identity.Principal
+	// CredentialMissing, when set, reports whether a tool that needs a
+	// credential (descriptor auth.credentialRef) would find one of its
+	// credentials missing if called now; the Catalog page then says
+	// "needed, missing" or "needed, configured" (just "needed" without
+	// it). It must be safe for concurrent use and never return or log a
+	// credential's value.
+	CredentialMissing func(toolID string) bool
 }
 
 // Authenticator is what the console signs in with; *auth.Authenticator
@@ -158,16 +165,17 @@ type Authenticator interface {
 // Console is the /ui/ handler. Safe for concurrent use; Close ends its
 // live audit streams.
 type Console struct {
-	pipe       *pipeline.Pipeline
-	signIn     Authenticator
-	api        *httpapi.Handler
-	sessions   *sessions
-	approvers  string
-	log        *slog.Logger
-	principals func() []identity.Principal
-	tmpl       *template.Template
-	static     http.Handler
-	mux        *http.ServeMux
+	pipe        *pipeline.Pipeline
+	signIn      Authenticator
+	api         *httpapi.Handler
+	sessions    *sessions
+	approvers   string
+	log         *slog.Logger
+	principals  func() []identity.Principal
+	credMissing func(toolID string) bool
+	tmpl        *template.Template
+	static      http.Handler
+	mux         *http.ServeMux
 }
 
 // New returns the console. Errors (*errcode.Error invalid_config): a
@@ -194,7 +202,7 @@ func New(opts Options) (*Console, error) {
 		sess.now = opts.Now
 	}
 	c := &Console{pipe: opts.API.Pipeline, signIn: opts.SignIn, sessions: sess,
-		approvers: opts.API.ApproversScope, log: log, principals: opts.Principals}
+		approvers: opts.API.ApproversScope, log: log, principals: opts.Principals, credMissing: opts.CredentialMissing}
 	if c.approvers == "" {
 		c.approvers = "toolgate:approve"
 	}
@@ -577,6 +585,9 @@ type catalogRow struct {
 	ToolID, Title, Source, SafetyTier, Approval, Egress string
 	Scopes                                              []string
 	Credential                                          bool
+	// CredentialState is, for a tool that needs a credential, "missing"
+	// or "configured" (Options.CredentialMissing), or "" when unknown.
+	CredentialState string
 	// VisibleTo is, on an admin's page, the ids of the configured
 	// principals of the admin's tenant that may see the tool.
 	VisibleTo []string
@@ -586,6 +597,17 @@ type catalogRow struct {
 // principal: the function GET /v1/tools and MCP tools/list use.
 func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request, se *session) {
 	rows := catalogRows(r.Context(), c.pipe, se.principal)
+	if c.credMissing != nil {
+		for i := range rows {
+			if !rows[i].Credential {
+				continue
+			}
+			rows[i].CredentialState = "configured"
+			if c.credMissing(rows[i].ToolID) {
+				rows[i].CredentialState = "missing"
+			}
+		}
+	}
 	d := c.data("catalog", se, rows)
 	if d.IsAdmin && c.principals != nil {
 		idx := map[string]int{}

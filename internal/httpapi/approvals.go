@@ -19,12 +19,15 @@ type ApprovalView struct {
 	ToolID      string `json:"toolId"`
 	ArgsHash    string `json:"argsHash"`
 	ArgsSummary string `json:"argsSummary,omitempty"`
-	Status      string `json:"status"`
-	CreatedAt   string `json:"createdAt"`
-	ExpiresAt   string `json:"expiresAt,omitempty"`
-	ResolvedBy  string `json:"resolvedBy,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	ResolvedAt  string `json:"resolvedAt,omitempty"`
+	// RequestReason is why the call needs approval (the policy rule's
+	// reason, redacted); omitted when none was stored.
+	RequestReason string `json:"requestReason,omitempty"`
+	Status        string `json:"status"`
+	CreatedAt     string `json:"createdAt"`
+	ExpiresAt     string `json:"expiresAt,omitempty"`
+	ResolvedBy    string `json:"resolvedBy,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	ResolvedAt    string `json:"resolvedAt,omitempty"`
 }
 
 func approvalView(a *store.Approval) ApprovalView {
@@ -34,7 +37,7 @@ func approvalView(a *store.Approval) ApprovalView {
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	}
-	return ApprovalView{ID: a.ID, Principal: a.Principal, ToolID: a.ToolID, ArgsHash: a.ArgsHash, ArgsSummary: a.ArgsSummary, Status: string(a.Status),
+	return ApprovalView{ID: a.ID, Principal: a.Principal, ToolID: a.ToolID, ArgsHash: a.ArgsHash, ArgsSummary: a.ArgsSummary, RequestReason: a.RequestReason, Status: string(a.Status),
 		CreatedAt: ts(a.CreatedAt), ExpiresAt: ts(a.ExpiresAt), ResolvedBy: a.ResolvedBy, Reason: a.Reason, ResolvedAt: ts(a.ResolvedAt)}
 }
 

@@ -31,6 +31,15 @@ const (
 	// HeaderReceiptsNext is the ?from= of the next page, present when
 	// more receipts may follow at once.
 	HeaderReceiptsNext = "Toolgate-Receipts-Next"
+	// HeaderReceiptsSkipped is the number of the caller's tenant's
+	// receipts in the part of the chain the page scanned (from ?from= up
+	// to HeaderReceiptsNext, or to the last checkpoint when it is absent)
+	// that the page does not hold because their batch also holds another
+	// tenant's receipt (see listReceipts). Always set; "0" when none were
+	// withheld. Read them one at a time with GET /v1/receipts/{receiptId}
+	// (receipt ids are in the audit events) or export the whole chain with
+	// `toolgate receipts export` as the operator.
+	HeaderReceiptsSkipped = "Toolgate-Receipts-Skipped"
 )
 
 // receiptScanFactor bounds the receipts one GET /v1/receipts reads while
@@ -58,7 +67,13 @@ func (h *Handler) auditReader(p identity.Principal) error {
 // batch that links receipts stores one); a page holds whole batches only,
 // and only batches every receipt of which is the caller's tenant's: a
 // batch with another tenant's receipt is skipped (it ends the page when
-// the page already has receipts). Receipts not yet covered by a
+// the page already has receipts, because a page must be one unbroken run
+// of the chain for the offline verifier). Every receipt of the caller's
+// tenant in a skipped batch is counted in HeaderReceiptsSkipped, so a
+// client knows exactly how many of its receipts the scanned range held
+// that the page does not; the page's first receipt is at ?from= unless
+// HeaderReceiptsSkipped is non-zero (or the chain was pruned past from).
+// Receipts not yet covered by a
 // checkpoint are left for a later page. When the page's first receipt
 // follows a checkpoint, that checkpoint opens the page (the verifier is
 // then anchored by its signature); otherwise HeaderReceiptsFrom gives the
@@ -68,7 +83,8 @@ func (h *Handler) auditReader(p identity.Principal) error {
 //
 // Needs the audit scope (Options.AuditScope, config audit.readers_scope):
 // 403 forbidden without it. Errors: invalid_argument for a malformed from
-// or limit; audit_unavailable; internal_error for a corrupt chain (a gap).
+// or limit; not_found for a chain the store has no receipt or checkpoint
+// of (other than this gateway's own chain); audit_unavailable; internal_error for a corrupt chain (a gap).
 func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if err := h.auditReader(p); err != nil {
 		return err
@@ -96,10 +112,15 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identit
 	}
 	ctx := r.Context()
 	rs := h.opts.ReceiptStore
+	if chain != rs.ChainID() {
+		if err := knownChain(ctx, rs, chain); err != nil {
+			return err
+		}
+	}
 	var page []*receipt.Receipt
 	var cps []*receipt.Checkpoint // the checkpoint ending each batch of page, in order
 	var anchor *receipt.Checkpoint
-	start, scanned := from, 0
+	start, scanned, skipped := from, 0, 0
 	more := false
 	// After a prune the chain's stored receipts start later, behind their
 	// anchor checkpoint: begin at the first stored one.
@@ -122,10 +143,13 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identit
 			return err
 		}
 		scanned += len(batch)
-		own := true
+		mine := 0
 		for _, rc := range batch {
-			own = own && rc.Tenant == p.Tenant
+			if rc.Tenant == p.Tenant {
+				mine++
+			}
 		}
+		own := mine == len(batch)
 		switch {
 		case own && len(page) > 0 && len(page)+len(batch) > limit:
 			more = true
@@ -148,6 +172,7 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identit
 		case len(page) > 0:
 			more = true // another tenant's batch ends the page
 		default:
+			skipped += mine
 			start = end + 1
 			if scanned >= limit*receiptScanFactor {
 				more = true
@@ -166,6 +191,7 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identit
 	if more {
 		hdr.Set(HeaderReceiptsNext, strconv.FormatUint(start, 10))
 	}
+	hdr.Set(HeaderReceiptsSkipped, strconv.Itoa(skipped))
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(w)
 	rw := receipt.NewWriter(bw)
@@ -187,6 +213,26 @@ func (h *Handler) listReceipts(w http.ResponseWriter, r *http.Request, p identit
 	}
 	bw.Flush()
 	return nil
+}
+
+// knownChain answers nil when the store holds a receipt or a checkpoint
+// of chain, else errcode.NotFound.
+func knownChain(ctx context.Context, rs ReceiptStore, chain string) error {
+	rcs, err := rs.ReceiptsByChain(ctx, chain, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(rcs) > 0 {
+		return nil
+	}
+	cps, err := rs.Checkpoints(ctx, chain, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(cps) > 0 {
+		return nil
+	}
+	return errcode.Errorf(errcode.NotFound, "no receipt chain %s", clip(chain)).WithDetails(map[string]any{"chain": clip(chain)})
 }
 
 // readBatch reads chain's receipts start..end (inclusive), which must all

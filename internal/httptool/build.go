@@ -44,6 +44,9 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 	var tools []Tool
 	seen := map[string]policy.Pos{}
 	addTool := func(t Tool, pos policy.Pos) {
+		if in, ok := t.Invoker.(*invoker); ok {
+			t.Credentials = in.s.credentials()
+		}
 		id := t.Descriptor.ToolID
 		if prev, dup := seen[id]; dup {
 			issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("tool %s is defined twice (also at %s)", id, prev)})

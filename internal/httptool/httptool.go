@@ -53,6 +53,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,6 +86,11 @@ type Tool struct {
 	// for an `http_tools:` entry, "openapi:<file or url>" for an operation
 	// of an `openapi:` import.
 	Source string
+	// Credentials names the `credentials:` entries the tool's requests
+	// reference ({{credential:NAME}} in its URL, query or headers),
+	// sorted and unique; empty when it needs none (then
+	// Descriptor.Auth.CredentialRef is false). Build sets it.
+	Credentials []string
 }
 
 // ClientFunc returns the *http.Client that carries the requests of one
@@ -253,6 +259,29 @@ func (t template) usesCredential() bool {
 		}
 	}
 	return false
+}
+
+// credentials returns the names of the credentials s references, sorted
+// and unique.
+func (s *spec) credentials() []string {
+	var names []string
+	add := func(t template) {
+		for _, p := range t {
+			if p.cred != "" && !slices.Contains(names, p.cred) {
+				names = append(names, p.cred)
+			}
+		}
+	}
+	add(s.path)
+	add(s.rawQuery)
+	for _, p := range s.query {
+		add(p.tmpl)
+	}
+	for _, p := range s.headers {
+		add(p.tmpl)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // param is one query parameter or header filled from a template.

@@ -1154,7 +1154,7 @@ func (p *Pipeline) refuse(ctx context.Context, cs *callState, status audit.Statu
 		return p.internal(res, err)
 	}
 	res.ReceiptID = newID("rcpt_") // named by the event, used by newReceipt
-	tr = tr.WithReceipt(res.ReceiptID)
+	tr = tr.WithReceipt(res.ReceiptID).WithRule(res.Decision.RuleID)
 	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)
@@ -1266,7 +1266,7 @@ func (p *Pipeline) invoke(ctx context.Context, cs *callState) (*Result, error) {
 		}
 	}
 	res.ReceiptID = newID("rcpt_") // named by the event, used by newReceipt
-	tr = tr.WithReceipt(res.ReceiptID)
+	tr = tr.WithReceipt(res.ReceiptID).WithRule(res.Decision.RuleID)
 	ret, err := audit.NewReturnedEvent(cs.c.RunID, &tr, cs.called.EventID, p.opts.Now())
 	if err != nil {
 		return p.internal(res, err)

@@ -28,7 +28,7 @@ func isUnique(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-const approvalCols = `id, tenant, principal, tool_id, args_hash, args_binding, args_summary, status, created_at, expires_at, resolved_by, reason, resolved_at`
+const approvalCols = `id, tenant, principal, tool_id, args_hash, args_binding, args_summary, status, created_at, expires_at, resolved_by, reason, resolved_at, request_reason`
 
 // scanApproval reads one approvals row (approvalCols).
 func scanApproval(row pgx.Row) (*store.Approval, error) {
@@ -38,7 +38,7 @@ func scanApproval(row pgx.Row) (*store.Approval, error) {
 		created, exp, resAt string
 	)
 	if err := row.Scan(&a.ID, &a.Tenant, &a.Principal, &a.ToolID, &a.ArgsHash, &a.ArgsBinding, &a.ArgsSummary, &status,
-		&created, &exp, &a.ResolvedBy, &a.Reason, &resAt); err != nil {
+		&created, &exp, &a.ResolvedBy, &a.Reason, &resAt, &a.RequestReason); err != nil {
 		return nil, err
 	}
 	a.Status = store.ApprovalStatus(status)
@@ -63,9 +63,9 @@ func (s *Store) CreateApproval(ctx context.Context, a *store.Approval) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '', '')`,
+	_, err := s.pool.Exec(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '', '', $11)`,
 		a.ID, a.Tenant, a.Principal, a.ToolID, a.ArgsHash, a.ArgsBinding, a.ArgsSummary, string(store.ApprovalPending),
-		fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt))
+		fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt), a.RequestReason)
 	if isUnique(err) {
 		return errcode.Errorf(errcode.Conflict, "approval %q already exists", a.ID).WithDetails(map[string]any{"field": "id"})
 	}

@@ -34,8 +34,8 @@ func TestReopen(t *testing.T) {
 			t.Fatalf("round %d: Open: %v", round, err)
 		}
 		var n int
-		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 8 {
-			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 8 (0001-0008)", round, n, err)
+		if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 9 {
+			t.Fatalf("round %d: schema_migrations has %d rows (%v), want 9 (0001-0009)", round, n, err)
 		}
 		if round > 0 {
 			// A follower resuming with a cursor from before the restart
@@ -199,8 +199,8 @@ func TestMigrations(t *testing.T) {
 	}
 	defer conn.Close()
 	applied, err := migrate(ctx, conn, migrationFS)
-	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5 6 7 8]", applied, err)
+	if err != nil || !slices.Equal(applied, []int{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("first migrate: %v, %v; want [1 2 3 4 5 6 7 8 9]", applied, err)
 	}
 	applied, err = migrate(ctx, conn, migrationFS)
 	if err != nil || len(applied) != 0 {

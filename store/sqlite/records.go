@@ -11,7 +11,7 @@ import (
 )
 
 // approvalCols are the columns scanApproval reads, in order.
-const approvalCols = `id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding, args_summary`
+const approvalCols = `id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding, args_summary, request_reason`
 
 // scanApproval reads one row of approvalCols.
 func scanApproval(sc scanner) (*store.Approval, error) {
@@ -20,7 +20,7 @@ func scanApproval(sc scanner) (*store.Approval, error) {
 		status                    string
 		created, expires, resolve string
 	)
-	if err := sc.Scan(&a.ID, &a.Tenant, &a.Principal, &a.ToolID, &a.ArgsHash, &status, &created, &expires, &a.ResolvedBy, &a.Reason, &resolve, &a.ArgsBinding, &a.ArgsSummary); err != nil {
+	if err := sc.Scan(&a.ID, &a.Tenant, &a.Principal, &a.ToolID, &a.ArgsHash, &status, &created, &expires, &a.ResolvedBy, &a.Reason, &resolve, &a.ArgsBinding, &a.ArgsSummary, &a.RequestReason); err != nil {
 		return nil, err
 	}
 	a.Status = store.ApprovalStatus(status)
@@ -81,7 +81,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *store.Approval) error {
 	cp := *a
 	err := s.runOp(ctx, "create approval", func(w *writer) error {
 		res, err := w.st.insertApproval.Exec(cp.ID, cp.Tenant, cp.Principal, cp.ToolID, cp.ArgsHash, string(store.ApprovalPending),
-			fmtTime(cp.CreatedAt), fmtTime(cp.ExpiresAt), "", "", "", cp.ArgsBinding, cp.ArgsSummary)
+			fmtTime(cp.CreatedAt), fmtTime(cp.ExpiresAt), "", "", "", cp.ArgsBinding, cp.ArgsSummary, cp.RequestReason)
 		if err != nil {
 			return err
 		}

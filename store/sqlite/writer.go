@@ -171,8 +171,8 @@ func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options, j *j
 		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (receipt_id) DO NOTHING`},
 		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
-		{&w.st.insertApproval, `INSERT INTO approvals (id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding, args_summary)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
+		{&w.st.insertApproval, `INSERT INTO approvals (id, tenant, principal, tool_id, args_hash, status, created_at, expires_at, resolved_by, reason, resolved_at, args_binding, args_summary, request_reason)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`},
 		{&w.st.findApproval, `SELECT ` + approvalCols + ` FROM approvals WHERE id = ?`},
 		{&w.st.updateApproval, `UPDATE approvals SET status = ?, resolved_by = ?, reason = ?, resolved_at = ? WHERE id = ?`},
 		{&w.st.insertSession, `INSERT INTO sessions (session_id, tenant, run_id, tool_id, server, opened_at, closed_at, outcome)

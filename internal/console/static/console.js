@@ -114,7 +114,7 @@
       var t = el("td"); t.appendChild(el("code", c.tool)); r.appendChild(t);
       r.appendChild(el("td", c.principal, "principal"));
       r.appendChild(el("td", c.status, "status status-" + c.status));
-      r.appendChild(el("td", c.rule || "—", "rule"));
+      r.appendChild(el("td", (c.rule || "—") + (c.would ? " (would deny: " + c.would + ")" : ""), "rule"));
       r.appendChild(el("td", c.duration === null ? "" : c.duration + " ms", "duration"));
       r.appendChild(el("td", c.runId, "run"));
       r.hidden = !matches(c);
@@ -147,14 +147,19 @@
       if (ev.type === "agent.toolCalled") {
         c.tool = p.toolId || p.toolName || c.tool;
         c.principal = p.principal || "";
-        if (p.wouldRuleId) c.rule = "would deny: " + p.wouldRuleId;
+        if (p.wouldRuleId) c.would = p.wouldRuleId;
       } else if (ev.type === "agent.toolReturned") {
         if (!c.tool) c.tool = p.toolName || "";
         c.status = p.status || "";
         if (p.receiptId) c.receiptId = p.receiptId;
         if (p.durationMs !== undefined && p.durationMs !== null) c.duration = p.durationMs;
-        if (p.error && p.error.details && p.error.details.ruleId) c.rule = p.error.details.ruleId;
-        else if (p.error && p.error.code && !c.rule) c.rule = p.error.code;
+        // The deciding rule, for every call: toolReturned's ruleId (the
+        // receipt's decision.ruleId), else a refusal's error details;
+        // a refusal before any rule decided shows its error code.
+        if (p.ruleId) c.rule = p.ruleId;
+        else if (p.error && p.error.details && p.error.details.ruleId) c.rule = p.error.details.ruleId;
+        else if (p.error && p.error.code) c.rule = p.error.code;
+        else c.rule = "(default)";
       }
       render(c);
     };
@@ -172,6 +177,7 @@
       r.dataset.approvalId = a.id;
       var t = el("td"); t.appendChild(el("code", a.toolId)); r.appendChild(t);
       r.appendChild(el("td", a.principal, "requester"));
+      r.appendChild(el("td", a.requestReason || "—", "request-reason"));
       r.appendChild(el("td", a.argsSummary || "(hash " + (a.argsHash || "").slice(0, 12) + "…)", "args"));
       r.appendChild(el("td", a.createdAt));
       r.appendChild(el("td", a.expiresAt, "expires"));
@@ -202,7 +208,7 @@
         var list = j.approvals || [];
         tbody.replaceChildren();
         if (list.length === 0) {
-          var e = el("tr"); var td = el("td", "No pending approval.", "none"); td.colSpan = 6; td.id = "approvals-empty";
+          var e = el("tr"); var td = el("td", "No pending approval.", "none"); td.colSpan = 7; td.id = "approvals-empty";
           e.appendChild(td); tbody.appendChild(e);
         }
         list.forEach(function (a) { tbody.appendChild(row(a)); });
