@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -176,8 +178,11 @@ func PrincipalFromToken(_ context.Context, req mcp.Request) (Principal, error) {
 // whose name is not a valid toolId name ([A-Za-z0-9_./-]) is left out of
 // the catalog, hence never listed and never callable (fail closed).
 //
-// tools/list answers the server's page with the tools the principal may not
-// see removed (the gate's Disclose; the server's cursors stay valid).
+// tools/list answers the server's tools the principal may see (the gate's
+// Disclose), sorted by name and paginated after filtering with the
+// middleware's own cursors ("n:" + the last name listed; pages as large as
+// the server's own): no page and no cursor tells of a tool the principal
+// may not see, and an unknown cursor is -32602 "invalid cursor".
 // tools/call runs the full gate (decision, rate limits, approval, hooks,
 // events, receipt) with transport mcp; the server's handler runs only when
 // the gate lets the call through, with the arguments the before-hooks
@@ -249,7 +254,7 @@ func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 				if lp, ok := req.GetParams().(*mcp.ListToolsParams); ok && lp != nil {
 					cursor = lp.Cursor
 				}
-				return m.listTools(ctx, req, p, cursor, func() (mcp.Result, error) { return next(ctx, method, req) })
+				return m.listTools(ctx, req, p, cursor)
 			}
 			cp, _ := req.GetParams().(*mcp.CallToolParamsRaw)
 			if cp == nil {
@@ -271,7 +276,8 @@ func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 // Options.Classifications say otherwise), learnt from the tools/list
 // results the client receives and, when a call names a tool not yet known,
 // from a tools/list the middleware sends itself. tools/list results are
-// filtered to what opts.Principal may see. tools/call is decided (and rate
+// filtered to what opts.Principal may see and paginated after filtering
+// with the middleware's own cursors, as ServerMiddleware's. tools/call is decided (and rate
 // limited, approved, hooked, recorded with opts.Principal) before anything
 // is sent: a refused call never leaves the process, and the client gets the
 // gateway's answer (a -32602 unknown-tool error for a tool the principal may
@@ -339,7 +345,7 @@ func ClientMiddleware(gw *Gateway, opts ClientOptions) mcp.Middleware {
 				if lp, ok := req.GetParams().(*mcp.ListToolsParams); ok && lp != nil {
 					cursor = lp.Cursor
 				}
-				return m.listTools(ctx, req, opts.Principal, cursor, func() (mcp.Result, error) { return next(ctx, method, req) })
+				return m.listTools(ctx, req, opts.Principal, cursor)
 			}
 			cp, _ := req.GetParams().(*mcp.CallToolParams)
 			if cp == nil {
@@ -373,6 +379,8 @@ type mwState struct {
 	synced bool
 	byName map[string]string // tool name behind the middleware → toolId
 	byID   map[string]string // toolId → tool name
+	tools  []*mcp.Tool       // the catalogued tools behind, sorted by name
+	page   int               // the page size behind (0: one page), see sync
 }
 
 // toolID is the catalog id of tool name, "" when the name is not one a
@@ -417,6 +425,7 @@ func validName(s string) bool {
 func (m *mwState) sync(ctx context.Context, req mcp.Request) error {
 	var all []*mcp.Tool
 	cursor := ""
+	pageSize := 0
 	for range 1000 { // bounded: a server whose cursors never end
 		lr, err := m.list(ctx, req, cursor)
 		if err != nil {
@@ -429,10 +438,12 @@ func (m *mwState) sync(ctx context.Context, req mcp.Request) error {
 		if lr.NextCursor == "" || lr.NextCursor == cursor {
 			break
 		}
+		pageSize = max(pageSize, len(lr.Tools))
 		cursor = lr.NextCursor
 	}
 	byName, byID := map[string]string{}, map[string]string{}
 	var tools []catalog.Tool
+	var listed []*mcp.Tool
 	for _, mt := range all {
 		if mt == nil {
 			continue
@@ -457,12 +468,14 @@ func (m *mwState) sync(ctx context.Context, req mcp.Request) error {
 		}
 		byName[mt.Name], byID[id] = id, mt.Name
 		tools = append(tools, t)
+		listed = append(listed, mt)
 	}
+	slices.SortFunc(listed, func(a, b *mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
 	if err := m.gw.setGroup(m.group, tools, pipeline.InvokerFunc(m.invoke)); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.byName, m.byID, m.synced = byName, byID, true
+	m.byName, m.byID, m.tools, m.page, m.synced = byName, byID, listed, pageSize, true
 	m.mu.Unlock()
 	return nil
 }
@@ -474,8 +487,25 @@ func (m *mwState) lookup(name string) (string, bool) {
 	return id, ok
 }
 
-// listTools answers tools/list: the page from behind, filtered.
-func (m *mwState) listTools(ctx context.Context, req mcp.Request, p Principal, cursor string, page func() (mcp.Result, error)) (mcp.Result, error) {
+// listTools answers tools/list from the middleware's own list of the tools
+// behind (sorted by name), filtered to what p may see and paginated after
+// filtering, as the gateway's tools/list is: a page holds up to the page
+// size the server behind used (every visible tool when it did not
+// paginate), and its cursor is "n:" + the last tool name on it, a name the
+// principal sees. The server's own cursors never reach the client: they
+// encode the server's position, hence the names of tools the principal may
+// not see (DESIGN.md decision 5: a hidden tool is indistinguishable from
+// one that does not exist). Never an empty page with a cursor; a cursor
+// that is not one of ours is JSON-RPC -32602 "invalid cursor".
+func (m *mwState) listTools(ctx context.Context, req mcp.Request, p Principal, cursor string) (mcp.Result, error) {
+	after := ""
+	if cursor != "" {
+		name, ok := strings.CutPrefix(cursor, "n:")
+		if !ok || !validName(name) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor"}
+		}
+		after = name
+	}
 	m.mu.Lock()
 	synced := m.synced
 	m.mu.Unlock()
@@ -484,26 +514,29 @@ func (m *mwState) listTools(ctx context.Context, req mcp.Request, p Principal, c
 			return nil, err
 		}
 	}
-	res, err := page()
-	if err != nil {
-		return nil, err
-	}
-	lr, ok := res.(*mcp.ListToolsResult)
-	if !ok || lr == nil {
-		return res, nil
+	m.mu.Lock()
+	all, size, byName := m.tools, m.page, m.byName
+	m.mu.Unlock()
+	start := 0
+	if after != "" {
+		start, _ = slices.BinarySearchFunc(all, after, func(t *mcp.Tool, name string) int { return strings.Compare(t.Name, name) })
+		if start < len(all) && all[start].Name == after {
+			start++
+		}
 	}
 	vis := m.gw.p.VisibleFunc(ctx, p)
-	out := *lr
-	out.Tools = make([]*mcp.Tool, 0, len(lr.Tools))
-	for _, t := range lr.Tools {
-		if t == nil {
+	out := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	for _, t := range all[start:] {
+		if !vis(byName[t.Name]) {
 			continue
 		}
-		if id, ok := m.lookup(t.Name); ok && vis(id) {
-			out.Tools = append(out.Tools, t)
+		if size > 0 && len(out.Tools) == size {
+			out.NextCursor = "n:" + out.Tools[len(out.Tools)-1].Name
+			break
 		}
+		out.Tools = append(out.Tools, t)
 	}
-	return &out, nil
+	return out, nil
 }
 
 // mwCall is one call's link between the middleware and its invoker.

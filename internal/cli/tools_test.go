@@ -99,6 +99,26 @@ policy:
 	if _, body := do(http.MethodGet, "/v1/tools", userKey, ""); strings.Contains(body, "mcp:up.calc") {
 		t.Fatalf("held tool in GET /v1/tools: %s", body)
 	}
+	// who-can answers for the running catalog: held, hidden from everyone.
+	whoCan := func() map[string]policyAccess {
+		t.Helper()
+		code, body := do(http.MethodGet, "/v1/admin/tools/mcp:up.calc/principals", adminKey, "")
+		var r struct {
+			Principals []policyAccess `json:"principals"`
+		}
+		if err := json.Unmarshal([]byte(body), &r); err != nil || code != http.StatusOK {
+			t.Fatalf("who-can mcp:up.calc: %d %s", code, body)
+		}
+		m := map[string]policyAccess{}
+		for _, a := range r.Principals {
+			m[a.Principal] = a
+		}
+		return m
+	}
+	if acc := whoCan(); len(acc) != 2 || acc["user"].Effect != "deny" || acc["user"].Shown || acc["user"].Layer != "held" ||
+		!strings.Contains(acc["user"].Reason, "tool_changed") || acc["ops"].Effect != "deny" || acc["ops"].Shown {
+		t.Fatalf("who-can of held calc = %+v; want every principal deny, shown false, layer held (tool_changed)", acc)
+	}
 	if code, body := do(http.MethodGet, "/v1/admin/tools/pending", userKey, ""); code != http.StatusForbidden {
 		t.Fatalf("pending list without toolgate:admin: %d %s", code, body)
 	}
@@ -135,6 +155,9 @@ policy:
 	if code, body := call("calc"); code != http.StatusOK {
 		t.Fatalf("approved calc: %d %s", code, body)
 	}
+	if acc := whoCan(); acc["user"].Effect != "allow" || !acc["user"].Shown {
+		t.Fatalf("who-can of approved calc = %+v; want user allow, shown", acc)
+	}
 	if code, body := do(http.MethodGet, "/v1/admin/tools/pending/mcp:up.calc", adminKey, ""); code != http.StatusNotFound {
 		t.Fatalf("approved change still pending: %d %s", code, body)
 	}
@@ -156,4 +179,13 @@ policy:
 		t.Fatalf("tools pending --all --json: %d %q", code, out)
 	}
 	_ = logs
+}
+
+// policyAccess is the part of a who-can row (policy.Access) the tests read.
+type policyAccess struct {
+	Principal string `json:"principal"`
+	Effect    string `json:"effect"`
+	Shown     bool   `json:"shown"`
+	Layer     string `json:"layer"`
+	Reason    string `json:"reason"`
 }

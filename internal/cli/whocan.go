@@ -57,7 +57,9 @@ file:line. With --args the decision is exactly what 'policy explain' and 'serve'
 arguments. When auth.jwt is configured, the grant is also expressed over token claims: the scope
 sets and conditions of each allow rule, and the deny and require_approval rules that restrict them.
 With --principal: the same for every tool the configuration names literally (rule tools and tools:
-matches without wildcards); globs are listed as "unlisted". Output is JSON. Exits 0 whatever the
+matches without wildcards); globs are listed as "unlisted". The answer is the policy's only: a tool
+pinning holds in a running gateway (see 'toolgate tools pending') is refused whatever it says; GET
+/v1/admin/tools/{toolId}/principals answers for the running catalog, held tools included. Output is JSON. Exits 0 whatever the
 decisions; 1 on a bad config; 2 on bad flags.`,
 		Example: `  toolgate policy who-can --config toolgate.yaml --tool mcp:fs.write_file
   toolgate policy who-can --config toolgate.yaml --tool mcp:fs.read_file --args '{"path":"/etc/passwd"}'

@@ -24,7 +24,9 @@ type WhoCanResponse struct {
 // the caller's tenant may call the tool, decided by the installed policy
 // exactly as calls are (pipeline.WhoCan → policy.Program.WhoCan →
 // Explain). Without ?args the arguments are unknown and a decision that
-// depends on them is "conditional". Needs AdminScope (403 forbidden,
+// depends on them is "conditional". A tool pinning holds is answered as
+// the running gateway treats it: every principal deny, shown false, layer
+// "held", reason naming tool_changed (pipeline.WhoCan). Needs AdminScope (403 forbidden,
 // details.requiredScopes). Errors: 404 not_found for a tool not in the
 // catalog, 400 invalid_argument for ?args that is not a JSON object. Each
 // answered read is logged (operator log, level info: caller, tenant,

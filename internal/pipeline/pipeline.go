@@ -1524,8 +1524,12 @@ func limitKey(r policy.RateLimitRule, pr policy.Principal, toolID string) rateli
 // state: what each of principals may do with toolID, with args (a JSON
 // object) when argsKnown, else with the arguments unknown. Errors:
 // not_found for a toolId not in the catalog, invalid_argument for args
-// that are not a JSON object. With no policy everyone is denied. Safe for
-// concurrent use.
+// that are not a JSON object. With no policy everyone is denied. A tool
+// pinning holds (State.Held: its definition is new or changed since it was
+// approved, pinning.mode enforce) is answered for the running catalog, as
+// Visible, Disclose and Call treat it: every principal effect deny, shown
+// false, layer "held", reason naming tool_changed (a call gets
+// tool_changed until an operator approves it). Safe for concurrent use.
 func (p *Pipeline) WhoCan(ctx context.Context, toolID string, principals []policy.Principal, args json.RawMessage, argsKnown bool) ([]policy.Access, error) {
 	st := p.state.Load()
 	facts, ok := st.facts[toolID]
@@ -1539,8 +1543,20 @@ func (p *Pipeline) WhoCan(ctx context.Context, toolID string, principals []polic
 			return nil, err
 		}
 	}
+	if st.Held[toolID] {
+		out := make([]policy.Access, 0, len(principals))
+		for _, pr := range principals {
+			out = append(out, policy.Access{Principal: pr.ID, Tenant: pr.Tenant, Effect: policy.EffectDeny, Shown: false,
+				Layer: LayerHeld, Reason: "held: tool_changed: the tool's definition is new or changed since it was approved; hidden and refused until an operator approves it (toolgate tools approve)"})
+		}
+		return out, nil
+	}
 	return st.Policy.WhoCan(ctx, facts, principals, m, argsKnown), nil
 }
+
+// LayerHeld is the Access.Layer WhoCan gives every principal for a tool
+// pinning holds (see WhoCan).
+const LayerHeld = "held"
 
 func notFoundID(id string) error {
 	return errcode.Errorf(errcode.NotFound, "unknown tool %q", id)
