@@ -339,7 +339,14 @@ func (in *invoker) Invoke(ctx context.Context, _ *catalog.Tool, raw json.RawMess
 		return nil, in.sendError(ctx, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, in.s.maxBytes+1))
+	// Read past the limit by the longest credential less one byte (and
+	// one more to see a cut), so that a credential straddling the limit
+	// is redacted whole before the body is cut.
+	extra := int64(1)
+	for _, v := range creds {
+		extra = max(extra, int64(len(v)))
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, in.s.maxBytes+extra))
 	if err != nil {
 		if context.Cause(ctx) == errToolTimeout {
 			return nil, errcode.Errorf(errcode.Timeout, "%s: the response did not arrive within %s", in.s.id, in.s.timeout)
@@ -478,7 +485,7 @@ func (in *invoker) request(ctx context.Context, args map[string]any, creds map[s
 		}
 		v := strings.Join(vals, ",")
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, nil, errcode.Errorf(errcode.InvalidArgument, "%s: header %s: the value holds a line break", in.s.id, h.name)
+			return nil, nil, errcode.Errorf(errcode.InvalidArgument, "%s: header %s: the value holds a control character (CR, LF or NUL)", in.s.id, h.name)
 		}
 		req.Header.Set(h.name, v)
 		if h.tmpl.usesCredential() {
@@ -506,7 +513,8 @@ func missing(t template, args map[string]any) []string {
 
 // expand fills t from args (escape applied to every argument and
 // credential value); ok is false when an argument t names is absent or
-// null. strict refuses arrays and objects.
+// null. strict (the URL path) refuses arrays and objects, and "", "." and
+// ".." (invalid_argument naming the parameter).
 func (in *invoker) expand(t template, args map[string]any, used map[string]bool, cred func(string) (string, error), escape func(string) string, strict bool) (string, bool, error) {
 	var b strings.Builder
 	for _, p := range t {
@@ -526,6 +534,11 @@ func (in *invoker) expand(t template, args map[string]any, used map[string]bool,
 			s, err := scalar(v)
 			if err != nil {
 				return "", false, errcode.Errorf(errcode.InvalidArgument, "%s: argument %s: %v", in.s.id, p.arg, err)
+			}
+			// A path parameter of "", "." or ".." would make an empty
+			// or dot segment (the collection, or a walk up the path).
+			if strict && (s == "" || s == "." || s == "..") {
+				return "", false, errcode.Errorf(errcode.InvalidArgument, "%s: path parameter %s: %q is not allowed (empty, \".\" and \"..\" make no path segment)", in.s.id, p.arg, s)
 			}
 			b.WriteString(escape(s))
 		default:
@@ -587,13 +600,17 @@ type textContent struct {
 
 func text(s string) textContent { return textContent{Type: "text", Text: s} }
 
-// answer maps a response (body read up to maxBytes+1) to the invoker's
-// output and error.
+// answer maps a response (body read up to maxBytes plus the longest
+// credential's length) to the invoker's output and error. A body over
+// maxBytes is redacted whole, then cut at maxBytes, and a cut text never
+// ends in a prefix of a credential.
 func answer(s spec, resp *http.Response, body []byte, creds map[string]string) (json.RawMessage, error) {
 	ct := resp.Header.Get("Content-Type")
 	meta := map[string]any{MetaHTTP: map[string]any{"status": resp.StatusCode, "contentType": ct}}
 	cut := int64(len(body)) > s.maxBytes
+	scrubbed := scrubText(body, creds)
 	if cut {
+		scrubbed = cutScrubbed(scrubbed, s.maxBytes, creds)
 		body = body[:s.maxBytes]
 	}
 	status := fmt.Sprintf("HTTP %d", resp.StatusCode)
@@ -602,7 +619,7 @@ func answer(s spec, resp *http.Response, body []byte, creds map[string]string) (
 	}
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		ex := excerpt(scrubText(body, creds), MaxExcerpt)
+		ex := excerpt(scrubbed, MaxExcerpt)
 		msg := status
 		if ex != "" {
 			msg += ": " + ex
@@ -611,7 +628,7 @@ func answer(s spec, resp *http.Response, body []byte, creds map[string]string) (
 		return out, errcode.New(errcode.ToolExecutionFailed, s.id+": "+msg).WithDetails(map[string]any{"httpStatus": resp.StatusCode})
 	case cut:
 		note := fmt.Sprintf("the response was cut at %d bytes (max_response_bytes); it is incomplete", s.maxBytes)
-		out, _ := json.Marshal(result{Content: []textContent{text(bodyText(scrubText(body, creds), ct)), text(note)}, IsError: true, Meta: meta})
+		out, _ := json.Marshal(result{Content: []textContent{text(bodyText(scrubbed, ct)), text(note)}, IsError: true, Meta: meta})
 		return out, errcode.Errorf(errcode.ResponseTooLarge, "%s: the response body is larger than max_response_bytes (%d): %s", s.id, s.maxBytes, status).
 			WithDetails(map[string]any{"limitBytes": s.maxBytes, "httpStatus": resp.StatusCode})
 	}
@@ -689,6 +706,30 @@ func excerpt(b []byte, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// cutScrubbed is the redacted body b cut at n bytes, without a suffix
+// that is a prefix of a credential value (the rest of it was past the
+// cut, or past what was read).
+func cutScrubbed(b []byte, n int64, creds map[string]string) []byte {
+	if int64(len(b)) > n {
+		b = b[:n]
+	}
+	for {
+		trim := 0
+		for _, v := range creds {
+			for k := min(len(v)-1, len(b)); k > trim; k-- {
+				if bytes.HasSuffix(b, []byte(v[:k])) {
+					trim = k
+					break
+				}
+			}
+		}
+		if trim == 0 {
+			return b
+		}
+		b = b[:len(b)-trim]
+	}
 }
 
 // scrubText replaces every credential value in b by [REDACTED:<name>].
