@@ -12,9 +12,10 @@
 // A call's arguments fill the request as config.HTTPTool describes: path
 // parameters percent-escaped as one segment each, query parameters and
 // headers from value templates, and the body ("args", "args.NAME" or
-// none) as JSON. `{{credential:NAME}}` references are resolved at call
-// time (never at load), each value registered for redaction
-// (Options.Secret) before the request is sent.
+// none) as JSON. `{{credential:NAME}}` references are resolved at
+// Build when Options.Secret is set (each value registered for redaction
+// before any call; one that does not resolve fails Build) and again at
+// call time, each value registered before the request is sent.
 //
 // # Results
 //
@@ -29,7 +30,8 @@
 //   - non-2xx: isError, text "HTTP <status>: <excerpt>", the excerpt at
 //     most MaxExcerpt bytes; the call's error is tool_execution_failed
 //     with details {httpStatus};
-//   - a body over max_response_bytes: cut there, isError, the cut text
+//   - a body over max_response_bytes: redacted, then cut there (never
+//     leaving a prefix of a credential at the cut), isError, the cut text
 //     plus a note; the call's error is response_too_large with details
 //     {limitBytes, httpStatus};
 //   - no answer within the tool's timeout: timeout; no connection:
@@ -108,7 +110,10 @@ type Options struct {
 	// nil (tests: egress.WithResolver).
 	Egress []egress.Option
 	// Secret registers a resolved credential value for redaction (id,
-	// value), before the request carrying it is sent; nil: none.
+	// value): at Build for every credential a tool references (set, Build
+	// resolves them all and fails on one that does not resolve), and
+	// again before each request carrying it is sent; nil: none, and
+	// credentials are resolved only at call time.
 	Secret func(id, value string)
 	// FetchTimeout bounds reading an `openapi: {url}` document at Build
 	// (default 30 s); the document is at most MaxDocumentBytes.
@@ -304,6 +309,28 @@ type spec struct {
 	body     string
 	timeout  time.Duration
 	maxBytes int64
+}
+
+// credentials lists the credential names s references (URL, query,
+// headers), sorted, each once.
+func (s spec) credentials() []string {
+	var out []string
+	add := func(t template) {
+		for _, p := range t {
+			if p.cred != "" && !slices.Contains(out, p.cred) {
+				out = append(out, p.cred)
+			}
+		}
+	}
+	add(s.path)
+	add(s.rawQuery)
+	for _, ps := range [][]param{s.query, s.headers} {
+		for _, p := range ps {
+			add(p.tmpl)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // invoker calls one HTTP tool.
