@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/auth"
 )
@@ -23,8 +20,7 @@ import (
 // value, is recorded redacted (events with audit content full, receipts,
 // store files, log), and the
 // argsHash of the same arguments is the same before and after an HTTP
-// tool sent the credential. A credential an HTTP tool references that
-// does not resolve stops the start, naming the tool and the credential.
+// tool sent the credential.
 func TestServeHTTPToolCredentialsRedactedFromStart(t *testing.T) {
 	const secret = "wx-Early-7Qp3Zr9Tn" // not a secret shape: only the credential registration knows it
 	t.Setenv("TG_HTTP_EARLY_KEY", secret)
@@ -46,7 +42,7 @@ auth:
   api_keys:
     - {id: tester, key_sha256: "%[3]s", tenant: t1, scopes: [toolgate:audit]}
 credentials:
-  wx-key: {env: %%s}
+  wx-key: {env: TG_HTTP_EARLY_KEY}
 servers:
   - {name: up, url: "%[4]s", sessions: shared}
 http_tools:
@@ -56,7 +52,7 @@ policy:
   rules:
     - {id: all, effect: allow, tools: ["mcp:up.*", "http:*"]}
 `, db, filepath.Join(dir, "toolgate.key"), auth.HashKey(key), upURL+"/mcp", apiSrv.URL)
-	base, logs := startServeInProcess(t, writeFile(t, "early.yaml", fmt.Sprintf(doc, "TG_HTTP_EARLY_KEY")))
+	base, logs := startServeInProcess(t, writeFile(t, "early.yaml", doc))
 	do := func(method, path, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -116,19 +112,5 @@ policy:
 	}
 	if strings.Contains(logs(), secret) {
 		t.Errorf("the log holds the credential")
-	}
-
-	// Fail closed: a credential an HTTP tool references that does not
-	// resolve (its env var unset) stops serve.
-	bad := writeFile(t, "early-bad.yaml", strings.Replace(fmt.Sprintf(doc, "TG_HTTP_EARLY_UNSET"), db, filepath.Join(dir, "bad.db"), 1))
-	// (A serve that starts anyway runs until the context ends: the test
-	// then fails on its exit code instead of hanging.)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var errb bytes.Buffer
-	code = Main(ctx, []string{"serve", "--config", bad}, strings.NewReader(""), io.Discard, &errb)
-	errOut := errb.String()
-	if code == ExitOK || ctx.Err() != nil || !strings.Contains(errOut, "http:items") || !strings.Contains(errOut, "wx-key") {
-		t.Errorf("serve with an unresolvable HTTP-tool credential: %d %q", code, errOut)
 	}
 }

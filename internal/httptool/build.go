@@ -19,15 +19,15 @@ import (
 // selected operation of every `openapi:` import, sorted by toolId. It
 // reads the OpenAPI documents (a `url:` one fetched now, within
 // Options.FetchTimeout) and validates them. With Options.Secret set, every
-// credential a tool's URL, query or headers reference is resolved here
-// and registered through Secret (so it is redacted before any call);
+// credential a tool's URL, query or headers reference that resolves is
+// resolved here and registered through Secret (so it is redacted before
+// any call);
 // requests resolve them again at each call (and register them again).
 //
 // Errors: policy.Issues (code-free, located at the config entry: a
 // document that cannot be read or does not validate, naming its file or
 // URL; a duplicate toolId; an operation whose inputSchema cannot be built;
-// with Options.Secret, a referenced credential that is not declared or
-// does not resolve).
+// a referenced credential that does not resolve is not an error).
 // Safe for concurrent use; the returned tools are the caller's.
 func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error) {
 	if opts.Client == nil {
@@ -60,18 +60,18 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) ([]Tool, error
 			issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("tool %s: %s", id, errcode.As(err).Message)})
 			return
 		}
-		// Every credential the tool references is resolved and registered
-		// for redaction now, so that its value is redacted from the
-		// first call of any tool on (not only once an HTTP tool sent it);
-		// one that does not resolve stops the start.
+		// Every credential the tool references that resolves is
+		// registered for redaction now, so that its value is redacted
+		// from the first call of any tool on (not only once an HTTP tool
+		// sent it). One that does not resolve does not stop the start:
+		// its tool's calls fail (upstream_unavailable) and the console
+		// shows it "needed, missing"; a value that appears later is
+		// registered when a call first resolves it.
 		if in, ok := t.Invoker.(*invoker); ok && opts.Secret != nil {
 			for _, name := range in.s.credentials() {
-				v, err := resolve(name)
-				if err != nil {
-					issues = append(issues, policy.Issue{Pos: pos, Message: fmt.Sprintf("tool %s: %v", id, err)})
-					return
+				if v, err := resolve(name); err == nil {
+					opts.Secret(name, v)
 				}
-				opts.Secret(name, v)
 			}
 		}
 		seen[id] = pos

@@ -13,8 +13,8 @@
 // parameters percent-escaped as one segment each, query parameters and
 // headers from value templates, and the body ("args", "args.NAME" or
 // none) as JSON. `{{credential:NAME}}` references are resolved at
-// Build when Options.Secret is set (each value registered for redaction
-// before any call; one that does not resolve fails Build) and again at
+// Build when Options.Secret is set (each value that resolves registered
+// for redaction before any call) and again at
 // call time, each value registered before the request is sent.
 //
 // # Results
@@ -110,10 +110,9 @@ type Options struct {
 	// nil (tests: egress.WithResolver).
 	Egress []egress.Option
 	// Secret registers a resolved credential value for redaction (id,
-	// value): at Build for every credential a tool references (set, Build
-	// resolves them all and fails on one that does not resolve), and
-	// again before each request carrying it is sent; nil: none, and
-	// credentials are resolved only at call time.
+	// value): at Build for every credential a tool references that
+	// resolves, and again before each request carrying it is sent; nil:
+	// none, and credentials are resolved only at call time.
 	Secret func(id, value string)
 	// FetchTimeout bounds reading an `openapi: {url}` document at Build
 	// (default 30 s); the document is at most MaxDocumentBytes.
@@ -309,28 +308,6 @@ type spec struct {
 	body     string
 	timeout  time.Duration
 	maxBytes int64
-}
-
-// credentials lists the credential names s references (URL, query,
-// headers), sorted, each once.
-func (s spec) credentials() []string {
-	var out []string
-	add := func(t template) {
-		for _, p := range t {
-			if p.cred != "" && !slices.Contains(out, p.cred) {
-				out = append(out, p.cred)
-			}
-		}
-	}
-	add(s.path)
-	add(s.rawQuery)
-	for _, ps := range [][]param{s.query, s.headers} {
-		for _, p := range ps {
-			add(p.tmpl)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // invoker calls one HTTP tool.
