@@ -100,12 +100,9 @@ func (s *Store) PutPin(ctx context.Context, p *store.Pin) error {
 // locked).
 func (s *Store) ApprovePin(ctx context.Context, toolID, digest, by string, at time.Time) (*store.Pin, error) {
 	const op = "approve pin"
-	if err := s.writable(ctx, op); err != nil {
-		return nil, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.beginWrite(ctx, op)
 	if err != nil {
-		return nil, store.Unavailable(op, err)
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	p, err := s.getPin(ctx, tx.QueryRow(ctx, `SELECT body FROM tool_pins WHERE tool_id = $1 FOR UPDATE`, toolID), op, toolID)

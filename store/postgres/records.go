@@ -12,6 +12,20 @@ import (
 	"github.com/toolgate/toolgate/store"
 )
 
+// beginWrite checks the store is writable (writable) and begins a
+// transaction; the caller rolls it back (deferred) or commits it. Errors:
+// writable's; AuditUnavailable when the transaction cannot begin.
+func (s *Store) beginWrite(ctx context.Context, op string) (pgx.Tx, error) {
+	if err := s.writable(ctx, op); err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, store.Unavailable(op, err)
+	}
+	return tx, nil
+}
+
 // writable checks ctx, that the store is open and that it holds its chain
 // lock (a Store that lost it writes nothing: chainGuard), for the writes
 // that do not go through the writer (approvals, sessions).
@@ -128,12 +142,9 @@ func (s *Store) ListApprovals(ctx context.Context, tenant string, status store.A
 // once.
 func (s *Store) ResolveApproval(ctx context.Context, tenant, id string, res store.Resolution) (*store.Approval, error) {
 	const op = "resolve approval"
-	if err := s.writable(ctx, op); err != nil {
-		return nil, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.beginWrite(ctx, op)
 	if err != nil {
-		return nil, store.Unavailable(op, err)
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	// The row lock serialises concurrent resolutions of any replica.
@@ -243,12 +254,9 @@ func (s *Store) OpenSession(ctx context.Context, sess *store.Session) error {
 // CloseSession implements store.Sessions.CloseSession.
 func (s *Store) CloseSession(ctx context.Context, tenant, id, outcome string, at time.Time) (*store.Session, error) {
 	const op = "close session"
-	if err := s.writable(ctx, op); err != nil {
-		return nil, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.beginWrite(ctx, op)
 	if err != nil {
-		return nil, store.Unavailable(op, err)
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_id = $1 AND tenant = $2 FOR UPDATE`, id, tenant))
