@@ -94,6 +94,23 @@ func (g contentGate) refuse(method string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + " is not served through the gate (toolgate middleware gates tools only; list it in Ungated to pass it through)"}
 }
 
+// other handles every method but tools/list and tools/call for a
+// middleware: initialize and server/discover go to next with the shut
+// capabilities stripped from their result, a shut content method is
+// refused, anything else goes to next unchanged.
+func (g contentGate) other(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler) (mcp.Result, error) {
+	switch method {
+	case "initialize", "server/discover":
+		res, err := next(ctx, method, req)
+		g.strip(res)
+		return res, err
+	}
+	if err := g.refuse(method); err != nil {
+		return nil, err
+	}
+	return next(ctx, method, req)
+}
+
 // strip removes from an initialize (or server/discover) result the
 // capabilities whose methods are all refused.
 func (g contentGate) strip(res mcp.Result) {
@@ -233,17 +250,8 @@ func ServerMiddleware(gw *Gateway, opts ServerOptions) mcp.Middleware {
 		}
 		gate := newContentGate(opts.Ungated)
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "tools/list", "tools/call":
-			case "initialize", "server/discover":
-				res, err := next(ctx, method, req)
-				gate.strip(res)
-				return res, err
-			default:
-				if err := gate.refuse(method); err != nil {
-					return nil, err
-				}
-				return next(ctx, method, req)
+			if method != "tools/list" && method != "tools/call" {
+				return gate.other(ctx, method, req, next)
 			}
 			p, err := principal(ctx, req)
 			if err != nil {
@@ -325,17 +333,8 @@ func ClientMiddleware(gw *Gateway, opts ClientOptions) mcp.Middleware {
 		}
 		gate := newContentGate(opts.Ungated)
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "tools/list", "tools/call":
-			case "initialize", "server/discover":
-				res, err := next(ctx, method, req)
-				gate.strip(res)
-				return res, err
-			default:
-				if err := gate.refuse(method); err != nil {
-					return nil, err
-				}
-				return next(ctx, method, req)
+			if method != "tools/list" && method != "tools/call" {
+				return gate.other(ctx, method, req, next)
 			}
 			if bad != nil {
 				return nil, bad
