@@ -71,8 +71,10 @@ func (h *Handler) auditReader(p identity.Principal) error {
 // of the chain for the offline verifier). Every receipt of the caller's
 // tenant in a skipped batch is counted in HeaderReceiptsSkipped, so a
 // client knows exactly how many of its receipts the scanned range held
-// that the page does not; the page's first receipt is at ?from= unless
-// HeaderReceiptsSkipped is non-zero (or the chain was pruned past from).
+// that the page does not. The page's first receipt is later than ?from=
+// when the range before it held only skipped batches (another tenant's
+// alone, counted nowhere, or mixed ones, counted in HeaderReceiptsSkipped)
+// or the chain was pruned past from.
 // Receipts not yet covered by a
 // checkpoint are left for a later page. When the page's first receipt
 // follows a checkpoint, that checkpoint opens the page (the verifier is
