@@ -551,7 +551,7 @@ func TestServeReceiptsConcurrentTenantsAccounted(t *testing.T) {
 			if len(ids) > 0 {
 				// The page may start after ?from= (batches of the other
 				// tenant alone are passed over uncounted), never before.
-				if f, _ := strconv.Atoi(hdr.Get(httpapi.HeaderReceiptsFrom)); f < mustAtoi(t, from) {
+				if f := mustAtoi(t, hdr.Get(httpapi.HeaderReceiptsFrom)); f < mustAtoi(t, from) {
 					t.Errorf("%s page from %s starts before it, at %d", keyID, from, f)
 				}
 				if vc, out := o.verify(t, body, hdr.Get(httpapi.HeaderReceiptsFrom)); vc != 0 {
@@ -630,6 +630,7 @@ func TestServeReceiptsUnknownChain(t *testing.T) {
 	}
 }
 
+// mustAtoi is strconv.Atoi(s), failing the test when s is not an integer.
 func mustAtoi(t *testing.T, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
