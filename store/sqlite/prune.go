@@ -135,6 +135,7 @@ func (w *writer) pruneEvents(cut string) (int64, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	w.headless = false // from now on stageSeq looks runs up in run_heads
 	if _, err := w.conn.ExecContext(ctx, `INSERT INTO run_heads (tenant, run_id, last_seq)
 		SELECT tenant, run_id, MAX(seq) FROM events WHERE pos <= ? GROUP BY tenant, run_id
 		ON CONFLICT (tenant, run_id) DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)`, last); err != nil {

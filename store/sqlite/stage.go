@@ -76,7 +76,7 @@ func (w *writer) stageEvents(r *request) {
 	}
 	for i, ev := range r.events {
 		k := runKey{ev.Tenant, ev.RunID}
-		n, err := w.nextSeq(k)
+		n, err := w.stageSeq(k)
 		if err != nil {
 			w.fatal = err
 			return
@@ -95,6 +95,35 @@ func (w *writer) stageEvents(r *request) {
 	if len(st.rows) >= maxInsertRows {
 		w.flush()
 	}
+}
+
+// stageSeq is nextSeq for a staged row, without nextSeq's MAX(seq) query
+// for a run that is neither cached nor pending and has no run head (no
+// prune deleted any of its events; run_heads is checked only when it is
+// not empty, which it is until the first prune): such a run is staged at
+// sequence 0. If the run has stored events, its event at sequence 0 is one
+// of them (sequences start at 0, and only a prune, which records the run in
+// run_heads in the same transaction, deletes committed events), so the
+// INSERT OR IGNORE ignores the staged row and flush applies the requests
+// one by one with nextSeq. Every call without a caller-given run id starts
+// a new run, so this saves a query per call.
+func (w *writer) stageSeq(k runKey) (int64, error) {
+	if n, ok := w.pending[k]; ok {
+		return n, nil
+	}
+	if n, ok := w.seqs[k]; ok {
+		return n, nil
+	}
+	if !w.headless {
+		var head bool
+		if err := w.st.findHead.QueryRow(k.tenant, k.runID).Scan(&head); err != nil {
+			return 0, err
+		}
+		if head {
+			return w.nextSeq(k)
+		}
+	}
+	return 0, nil
 }
 
 // flush inserts the staged rows (see the comment at the top of the file).

@@ -99,6 +99,7 @@ type writer struct {
 	lastPos   int64            // pos of the last committed event
 	seqs      map[runKey]int64 // next sequence per run, as committed
 	pending   map[runKey]int64 // next sequence per run, changed in the open transaction
+	headless  bool             // run_heads was empty when the open transaction began (see stageSeq)
 	prevReqs  int              // requests in the previous batch
 	open      int              // calls whose agent.toolCalled committed and whose outcome has not come yet (an estimate; see commitBatch)
 	outcomes  bool             // the previous batch held an outcome (AppendOutcome)
@@ -140,6 +141,7 @@ const (
 // stmts are the writer's prepared statements, bound to its connection.
 type stmts struct {
 	insertEvent, findEvent, maxSeq       *sql.Stmt
+	findHead                             *sql.Stmt
 	insertReceipt, insertCheckpoint      *sql.Stmt
 	insertApproval, findApproval         *sql.Stmt
 	updateApproval                       *sql.Stmt
@@ -168,6 +170,7 @@ func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options, j *j
 		{&w.st.findEvent, `SELECT ` + eventCols + ` FROM events WHERE event_id = ?`},
 		{&w.st.maxSeq, `SELECT MAX(s) FROM (SELECT MAX(seq) AS s FROM events WHERE tenant = ?1 AND run_id = ?2
 			UNION ALL SELECT last_seq FROM run_heads WHERE tenant = ?1 AND run_id = ?2)`},
+		{&w.st.findHead, `SELECT EXISTS (SELECT 1 FROM run_heads WHERE tenant = ? AND run_id = ?)`},
 		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (receipt_id) DO NOTHING`},
 		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
@@ -245,7 +248,7 @@ func (w *writer) resume(ctx context.Context) error {
 // close closes the prepared statements (not the connection's pool).
 func (w *writer) close() error {
 	errs := w.closeStage()
-	for _, st := range []*sql.Stmt{w.st.insertEvent, w.st.findEvent, w.st.maxSeq, w.st.insertReceipt, w.st.insertCheckpoint,
+	for _, st := range []*sql.Stmt{w.st.insertEvent, w.st.findEvent, w.st.maxSeq, w.st.findHead, w.st.insertReceipt, w.st.insertCheckpoint,
 		w.st.insertApproval, w.st.findApproval, w.st.updateApproval, w.st.insertSession, w.st.findSession, w.st.closeSes} {
 		if st != nil {
 			errs = append(errs, st.Close())
@@ -520,6 +523,16 @@ func (w *writer) begin() error {
 	if _, err := w.conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
+	// The transaction holds SQLite's write lock: no other writer (the CLI's
+	// audit prune beside serve) can add run heads before it ends.
+	var heads bool
+	if err := w.conn.QueryRowContext(context.Background(), "SELECT EXISTS (SELECT 1 FROM run_heads)").Scan(&heads); err != nil {
+		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+			w.log.Debug("store: rollback", "err", rerr)
+		}
+		return err
+	}
+	w.headless = !heads
 	if w.j == nil {
 		return nil
 	}
