@@ -2,8 +2,11 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/audit"
 )
 
 // runSeqs returns the sequences of tenant's run, in order.
@@ -84,5 +87,93 @@ func TestRunPrunedByAnotherStoreContinues(t *testing.T) {
 	ev := stampedEvent(t, "acme", "old-run", t0.Add(2*time.Hour))
 	if err := serve.AppendEvents(ctx, ev); err != nil || ev.Sequence != 3 {
 		t.Fatalf("old-run's next event through serve: seq %d, err %v; want 3 (after the pruned 0..2)", ev.Sequence, err)
+	}
+}
+
+// stageThenPrune opens path, stages an event of run (not cached: stored by
+// an earlier Store) and a prune of what is older than cut in one writer
+// batch, in that order, and returns the store and the staged event.
+func stageThenPrune(t *testing.T, path string, noJournal bool, clk *clock, run string, at, cut time.Time) (*Store, *audit.Event) {
+	t.Helper()
+	ctx := context.Background()
+	s := openAt(t, path, Options{Now: clk.Now, NoJournal: noJournal, MaxDelay: time.Minute})
+	release := blockWriter(t, s)
+	ev := stampedEvent(t, "acme", run, at)
+	appended := make(chan error, 1)
+	go func() { appended <- s.AppendEvents(ctx, ev) }()
+	waitQueued(t, s, 1)
+	pruned := make(chan error, 1)
+	go func() {
+		_, err := s.Prune(ctx, cut)
+		pruned <- err
+	}()
+	waitQueued(t, s, 2)
+	release()
+	if err := <-appended; err != nil {
+		t.Fatalf("noJournal=%v: append: %v", noJournal, err)
+	}
+	if err := <-pruned; err != nil {
+		t.Fatalf("noJournal=%v: prune: %v", noJournal, err)
+	}
+	return s, ev
+}
+
+// An event staged (not yet inserted) when a prune of its run runs in the
+// same batch keeps the sequence after the run's stored events: the prune
+// inserts the staged rows before it deletes (serve's retention prunes at
+// start, when every resumed run is uncached). Found by review of the
+// seq-0 staging: the staged row got seq 0 and the run restarted at 0.
+func TestEventStagedBeforePruneKeepsItsSequence(t *testing.T) {
+	for _, noJournal := range []bool{false, true} {
+		ctx := context.Background()
+		path := tempDB(t)
+		clk := &clock{t: t0}
+		first := openAt(t, path, Options{Now: clk.Now, NoJournal: noJournal})
+		for i := range 3 {
+			if err := first.AppendEvents(ctx, stampedEvent(t, "acme", "old-run", t0.Add(time.Duration(i)*time.Second))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first.Close()
+
+		s, ev := stageThenPrune(t, path, noJournal, clk, "old-run", t0.Add(2*time.Hour), t0.Add(time.Minute))
+		next := stampedEvent(t, "acme", "old-run", t0.Add(3*time.Hour))
+		err := s.AppendEvents(ctx, next)
+		if ev.Sequence != 3 || err != nil || next.Sequence != 4 {
+			t.Fatalf("noJournal=%v: old-run's events got seqs %d, %d (err %v); want 3, 4 (0..2 were stored, then pruned); stored %v",
+				noJournal, ev.Sequence, next.Sequence, err, runSeqs(t, s, "acme", "old-run"))
+		}
+	}
+}
+
+// The same when the prune deletes only the run's oldest events: no
+// sequence is given twice and no append fails.
+func TestEventStagedBeforePartialPruneKeepsItsSequence(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	clk := &clock{t: t0}
+	first := openAt(t, path, Options{Now: clk.Now})
+	for i := range 5 {
+		ts := t0.Add(time.Duration(i) * time.Second)
+		if i >= 3 {
+			ts = t0.Add(time.Hour)
+		}
+		if err := first.AppendEvents(ctx, stampedEvent(t, "acme", "old-run", ts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Close()
+
+	s, ev := stageThenPrune(t, path, false, clk, "old-run", t0.Add(2*time.Hour), t0.Add(time.Minute))
+	got := []int64{ev.Sequence}
+	for range 3 {
+		next := stampedEvent(t, "acme", "old-run", t0.Add(3*time.Hour))
+		if err := s.AppendEvents(ctx, next); err != nil {
+			t.Fatalf("append after the prune: %v (seqs so far %v)", err, got)
+		}
+		got = append(got, next.Sequence)
+	}
+	if fmt.Sprint(got) != "[5 6 7 8]" {
+		t.Fatalf("old-run's events after the partial prune got seqs %v, want [5 6 7 8]; stored %v", got, runSeqs(t, s, "acme", "old-run"))
 	}
 }

@@ -691,6 +691,14 @@ func (w *writer) apply(r *request) {
 	case kindOutcome:
 		w.applyOutcome(r)
 	case kindOp:
+		// Staged rows go in first: an operation reads and deletes stored
+		// rows (a prune records run heads from the events it deletes), and
+		// a staged row's sequence was chosen against the rows stored
+		// before the operation (see stageSeq).
+		w.flush()
+		if w.fatal != nil {
+			return
+		}
 		err := r.op(w)
 		if err != nil && errcode.As(err) == nil {
 			w.fatal = err
