@@ -103,14 +103,6 @@ func idKey(raw json.RawMessage) (key string, ok bool) {
 	return "n" + strconv.FormatInt(int64(f), 10), true
 }
 
-// rpcRequest is a JSON-RPC request as serveDirect reads it.
-type rpcRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
-}
-
 // rpcResponse is the JSON-RPC response serveDirect writes.
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -167,12 +159,14 @@ func parseDirect(body []byte) (id json.RawMessage, params *mcp.CallToolParamsRaw
 	if !ok {
 		return nil, nil, false
 	}
-	var req rpcRequest
-	if json.Unmarshal(body, &req) != nil || req.JSONRPC != "2.0" || req.Method != "tools/call" ||
-		string(m["jsonrpc"]) != `"2.0"` || !validID(m["id"]) || len(m["params"]) == 0 {
+	// members decoded body once, exact member names only; its values are
+	// read from m rather than by decoding body again.
+	var method string
+	if string(m["jsonrpc"]) != `"2.0"` || json.Unmarshal(m["method"], &method) != nil || method != "tools/call" ||
+		!validID(m["id"]) || len(m["params"]) == 0 {
 		return nil, nil, false
 	}
-	pm, ok := members(req.Params, directParams)
+	pm, ok := members(m["params"], directParams)
 	if !ok {
 		return nil, nil, false
 	}
