@@ -76,6 +76,9 @@ var directSeeds = []string{
 	`{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo"}}`,
 }
 
+// FuzzParseDirect checks that parseDirect, which faces every POST body of
+// an MCP session, takes and refuses exactly what the two-pass parser did,
+// with the same id and params.
 func FuzzParseDirect(f *testing.F) {
 	for _, s := range directSeeds {
 		f.Add([]byte(s))
