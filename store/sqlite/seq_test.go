@@ -26,18 +26,13 @@ func runSeqs(t *testing.T, s *Store, tenant, run string) []int64 {
 // A run this Store has not seen (stored by an earlier process) continues
 // after its stored events: the writer stages a new run at sequence 0
 // without asking SQLite, and must notice that the run is not new. Journal
-// on and off, a single event and a call's outcome (several events).
+// on and off; a request of two events (the old run's and a new run's),
+// then a single event.
 func TestRunStoredBeforeOpenContinues(t *testing.T) {
 	for _, noJournal := range []bool{false, true} {
 		ctx := context.Background()
 		path := tempDB(t)
-		first := openAt(t, path, Options{NoJournal: noJournal})
-		for i := range 3 {
-			if err := first.AppendEvents(ctx, event(t, "acme", "run-1", i, 0)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		first.Close()
+		storeEarlier(t, path, Options{NoJournal: noJournal}, "run-1", seconds(0, 1, 2)...)
 
 		s := openAt(t, path, Options{NoJournal: noJournal})
 		ev := event(t, "acme", "run-1", 3, 0)
@@ -58,6 +53,29 @@ func TestRunStoredBeforeOpenContinues(t *testing.T) {
 	}
 }
 
+// storeEarlier appends events of tenant acme's run stamped at each of ts,
+// through a Store that is closed again (an earlier process): a Store opened
+// afterwards has not cached the run.
+func storeEarlier(t *testing.T, path string, opts Options, run string, ts ...time.Time) {
+	t.Helper()
+	first := openAt(t, path, opts)
+	for _, at := range ts {
+		if err := first.AppendEvents(context.Background(), stampedEvent(t, "acme", run, at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Close()
+}
+
+// seconds returns t0 plus each of secs seconds.
+func seconds(secs ...int) []time.Time {
+	ts := make([]time.Time, len(secs))
+	for i, n := range secs {
+		ts[i] = t0.Add(time.Duration(n) * time.Second)
+	}
+	return ts
+}
+
 // A run whose events another Store pruned (toolgate audit prune beside a
 // running serve, whose writer never cached the run) continues after its
 // last pruned sequence: sequences are never reused. The writer must look
@@ -66,13 +84,7 @@ func TestRunPrunedByAnotherStoreContinues(t *testing.T) {
 	ctx := context.Background()
 	path := tempDB(t)
 	clk := &clock{t: t0}
-	first := openAt(t, path, Options{Now: clk.Now})
-	for i := range 3 {
-		if err := first.AppendEvents(ctx, stampedEvent(t, "acme", "old-run", t0.Add(time.Duration(i)*time.Second))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first.Close()
+	storeEarlier(t, path, Options{Now: clk.Now}, "old-run", seconds(0, 1, 2)...)
 
 	serve := openAt(t, path, Options{Now: clk.Now, Exclusive: true})
 	// serve writes (and so begins transactions) before the prune too.
@@ -128,13 +140,7 @@ func TestEventStagedBeforePruneKeepsItsSequence(t *testing.T) {
 		ctx := context.Background()
 		path := tempDB(t)
 		clk := &clock{t: t0}
-		first := openAt(t, path, Options{Now: clk.Now, NoJournal: noJournal})
-		for i := range 3 {
-			if err := first.AppendEvents(ctx, stampedEvent(t, "acme", "old-run", t0.Add(time.Duration(i)*time.Second))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		first.Close()
+		storeEarlier(t, path, Options{Now: clk.Now, NoJournal: noJournal}, "old-run", seconds(0, 1, 2)...)
 
 		s, ev := stageThenPrune(t, path, noJournal, clk, "old-run", t0.Add(2*time.Hour), t0.Add(time.Minute))
 		next := stampedEvent(t, "acme", "old-run", t0.Add(3*time.Hour))
@@ -152,17 +158,7 @@ func TestEventStagedBeforePartialPruneKeepsItsSequence(t *testing.T) {
 	ctx := context.Background()
 	path := tempDB(t)
 	clk := &clock{t: t0}
-	first := openAt(t, path, Options{Now: clk.Now})
-	for i := range 5 {
-		ts := t0.Add(time.Duration(i) * time.Second)
-		if i >= 3 {
-			ts = t0.Add(time.Hour)
-		}
-		if err := first.AppendEvents(ctx, stampedEvent(t, "acme", "old-run", ts)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first.Close()
+	storeEarlier(t, path, Options{Now: clk.Now}, "old-run", append(seconds(0, 1, 2), t0.Add(time.Hour), t0.Add(time.Hour))...)
 
 	s, ev := stageThenPrune(t, path, false, clk, "old-run", t0.Add(2*time.Hour), t0.Add(time.Minute))
 	got := []int64{ev.Sequence}
