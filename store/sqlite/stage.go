@@ -108,10 +108,7 @@ func (w *writer) stageEvents(r *request) {
 // one by one with nextSeq. Every call without a caller-given run id starts
 // a new run, so this saves a query per call.
 func (w *writer) stageSeq(k runKey) (int64, error) {
-	if n, ok := w.pending[k]; ok {
-		return n, nil
-	}
-	if n, ok := w.seqs[k]; ok {
+	if n, ok := w.cachedSeq(k); ok {
 		return n, nil
 	}
 	if !w.headless {

@@ -141,7 +141,7 @@ const (
 // stmts are the writer's prepared statements, bound to its connection.
 type stmts struct {
 	insertEvent, findEvent, maxSeq       *sql.Stmt
-	findHead                             *sql.Stmt
+	findHead, anyHead                    *sql.Stmt
 	insertReceipt, insertCheckpoint      *sql.Stmt
 	insertApproval, findApproval         *sql.Stmt
 	updateApproval                       *sql.Stmt
@@ -171,6 +171,7 @@ func newWriter(ctx context.Context, conn *sql.Conn, s *Store, opts Options, j *j
 		{&w.st.maxSeq, `SELECT MAX(s) FROM (SELECT MAX(seq) AS s FROM events WHERE tenant = ?1 AND run_id = ?2
 			UNION ALL SELECT last_seq FROM run_heads WHERE tenant = ?1 AND run_id = ?2)`},
 		{&w.st.findHead, `SELECT EXISTS (SELECT 1 FROM run_heads WHERE tenant = ? AND run_id = ?)`},
+		{&w.st.anyHead, `SELECT EXISTS (SELECT 1 FROM run_heads)`},
 		{&w.st.insertReceipt, `INSERT INTO receipts (chain_id, seq, receipt_id, tenant, body) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (receipt_id) DO NOTHING`},
 		{&w.st.insertCheckpoint, `INSERT INTO checkpoints (chain_id, seq, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
@@ -248,7 +249,7 @@ func (w *writer) resume(ctx context.Context) error {
 // close closes the prepared statements (not the connection's pool).
 func (w *writer) close() error {
 	errs := w.closeStage()
-	for _, st := range []*sql.Stmt{w.st.insertEvent, w.st.findEvent, w.st.maxSeq, w.st.findHead, w.st.insertReceipt, w.st.insertCheckpoint,
+	for _, st := range []*sql.Stmt{w.st.insertEvent, w.st.findEvent, w.st.maxSeq, w.st.findHead, w.st.anyHead, w.st.insertReceipt, w.st.insertCheckpoint,
 		w.st.insertApproval, w.st.findApproval, w.st.updateApproval, w.st.insertSession, w.st.findSession, w.st.closeSes} {
 		if st != nil {
 			errs = append(errs, st.Close())
@@ -526,10 +527,8 @@ func (w *writer) begin() error {
 	// The transaction holds SQLite's write lock: no other writer (the CLI's
 	// audit prune beside serve) can add run heads before it ends.
 	var heads bool
-	if err := w.conn.QueryRowContext(context.Background(), "SELECT EXISTS (SELECT 1 FROM run_heads)").Scan(&heads); err != nil {
-		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
-			w.log.Debug("store: rollback", "err", rerr)
-		}
+	if err := w.st.anyHead.QueryRow().Scan(&heads); err != nil {
+		w.abortTx()
 		return err
 	}
 	w.headless = !heads
@@ -546,9 +545,7 @@ func (w *writer) begin() error {
 	}
 	if err != nil {
 		w.inTx = false
-		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
-			w.log.Debug("store: rollback", "err", rerr)
-		}
+		w.abortTx()
 		return errcode.Wrap(errcode.AuditUnavailable, err, "store write: replaying the journal into the database")
 	}
 	w.txLost = false
@@ -556,6 +553,14 @@ func (w *writer) begin() error {
 		w.replayHook()
 	}
 	return nil
+}
+
+// abortTx rolls the open transaction back after a failed statement; its
+// own failure is only logged (SQLite may have rolled back already).
+func (w *writer) abortTx() {
+	if _, err := w.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		w.log.Debug("store: rollback", "err", err)
+	}
 }
 
 // journalBatch appends the batch's rows to the journal as one frame: the
@@ -589,9 +594,7 @@ func (w *writer) commitTx() error {
 		return nil
 	}
 	if _, err := w.conn.ExecContext(context.Background(), "COMMIT"); err != nil {
-		if _, rerr := w.conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
-			w.log.Debug("store: rollback", "err", rerr)
-		}
+		w.abortTx()
 		w.inTx, w.txLost = false, true
 		clear(w.seqs)
 		return err
@@ -774,9 +777,7 @@ func (w *writer) finish() {
 // rollback undoes the failed transaction and the writer's in-memory state.
 func (w *writer) rollback() {
 	cause := w.fatal
-	if _, err := w.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		w.log.Debug("store: rollback", "err", err) // SQLite may have rolled back already
-	}
+	w.abortTx()
 	if w.j != nil && w.inTx {
 		// The transaction held acknowledged rows of earlier batches too:
 		// they are in the journal, and the next transaction replays them.
@@ -829,12 +830,19 @@ func (w *writer) restoreChain() error {
 	return nil
 }
 
+// cachedSeq returns the next sequence of run k as the writer knows it
+// without SQLite: changed in the open transaction, else as committed.
+func (w *writer) cachedSeq(k runKey) (int64, bool) {
+	if n, ok := w.pending[k]; ok {
+		return n, true
+	}
+	n, ok := w.seqs[k]
+	return n, ok
+}
+
 // nextSeq returns the next sequence of run k in the open transaction.
 func (w *writer) nextSeq(k runKey) (int64, error) {
-	if n, ok := w.pending[k]; ok {
-		return n, nil
-	}
-	if n, ok := w.seqs[k]; ok {
+	if n, ok := w.cachedSeq(k); ok {
 		return n, nil
 	}
 	var max sql.NullInt64
